@@ -1,0 +1,89 @@
+//! The TOML contract as a serde mirror: every key optional here, defaults and meaning applied
+//! in `validate`. Unknown keys are collected (not ignored) so `check-config` can name them.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub drain_ms: Option<u64>,
+    pub header_read_timeout_ms: Option<u64>,
+    pub max_header_bytes: Option<usize>,
+    pub max_headers: Option<usize>,
+    pub max_body_bytes: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub max_streams: Option<usize>,
+    pub sse_keepalive_ms: Option<u64>,
+    pub deadline_ms: Option<u64>,
+    pub admin_token_env: Option<String>,
+    pub ws: Option<RawWs>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawWs {
+    pub allowed_origins: Option<Vec<String>>,
+    pub max_message_bytes: Option<usize>,
+    pub buffer_bytes: Option<usize>,
+    pub send_queue: Option<usize>,
+    pub ping_interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawRoute {
+    pub name: Option<String>,
+    pub provider: Option<String>,
+    pub wire: Option<String>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub region: Option<String>,
+    pub data_terms: Option<Vec<String>>,
+    pub level: Option<String>,
+    pub capabilities: Option<Vec<String>>,
+    pub context_window: Option<u32>,
+    pub max_output: Option<u32>,
+    pub cost_per_1k: Option<f64>,
+    pub scenario: Option<String>,
+    pub hedge: Option<bool>,
+    pub side_effecting: Option<bool>,
+    pub stall_timeout_ms: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawModel {
+    pub routes: Option<Vec<String>>,
+    pub hedge: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawHedge {
+    pub enabled: Option<bool>,
+    pub percentile: Option<f64>,
+    pub floor_ms: Option<u64>,
+    pub ceiling_ms: Option<u64>,
+    pub default_delay_ms: Option<u64>,
+    pub min_samples: Option<u64>,
+    pub window_secs: Option<u64>,
+    pub budget_ratio: Option<f64>,
+    pub budget_floor_per_sec: Option<f64>,
+    pub budget_window_secs: Option<u64>,
+    pub max_concurrent_attempts: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawLimits {
+    pub max_attempts: Option<u32>,
+    pub max_midstream_recoveries: Option<u32>,
+}
+
+/// `[policies]`: response type -> `["first", "fallback"]` or `"only"`.
+pub type RawPolicies = BTreeMap<String, toml::Value>;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawSim {
+    pub listen: Option<String>,
+    pub scenarios: Option<BTreeMap<String, toml::Value>>,
+}

@@ -1,0 +1,46 @@
+//! tailcut: a streaming-first LLM edge server.
+//!
+//! Clients (chat frontends over WebSocket, browsers over SSE, the official OpenAI and
+//! Anthropic SDKs) send a chat request; tailcut streams it to one of several LLM routes
+//! (provider + model + region), hedges to a second route when the first is slow to its
+//! first token, applies a per-response-type policy when a stream dies mid-answer, never
+//! forwards a partial tool call, and says in every response which route served it.
+//!
+//! # The flow
+//!
+//! ```text
+//! client ─► transport ─► gateway ─► router ─► mux ─► provider ─► upstream
+//!           (dialect ->   (one       (which    (race, hedge,  (wire format ->
+//!            ChatRequest)  entry)     routes)   commit, policy) Delta)
+//!    ◄──────────── StreamEvent stream, pulled by the transport ◄──────────────
+//! ```
+//!
+//! Nothing is spawned on the stream path: the transport polls the gateway's stream, which
+//! polls the mux, which polls its attempts. Dropping the client's stream drops every attempt
+//! and closes every upstream connection.
+//!
+//! # Layout
+//!
+//! In pipeline order:
+//! - [`server`]: the HTTP server (edge limits, middleware order, graceful drain).
+//! - [`transport`]: client dialects (OpenAI SSE/JSON, Anthropic, WebSocket) and ops routes.
+//! - [`gateway`]: the one transport-agnostic entry point, `ChatRequest -> EventStream`.
+//! - [`router`]: pure, synchronous route planning over a config and health snapshot.
+//! - [`mux`]: attempts, the hedge race, the commit point, mid-stream policies, tool calls.
+//! - [`provider`]: upstream adapters (OpenAI, Anthropic) and error classification.
+//! - [`health`]: per-route TTFT windows, breakers, admission; written by the mux, read by
+//!   the router.
+//! - [`sim`]: the simulated upstream, a real HTTP server driven by explicit scenarios.
+//! - [`config`], [`types`], [`telemetry`]: the TOML contract, neutral types, metrics.
+
+pub mod config;
+pub mod gateway;
+pub mod health;
+pub mod mux;
+pub mod provider;
+pub mod router;
+pub mod server;
+pub mod sim;
+pub mod telemetry;
+pub mod transport;
+pub mod types;

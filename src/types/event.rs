@@ -1,0 +1,85 @@
+//! `StreamEvent`: what the mux emits and every transport renders. There is deliberately no
+//! variant for a tool-call fragment: a partial tool call cannot leave the mux.
+
+use std::pin::Pin;
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+
+use super::envelope::Envelope;
+use crate::provider::ErrorClass;
+
+/// The stream a transport pulls. Dropping it cancels every upstream attempt behind it.
+pub type EventStream = Pin<Box<dyn Stream<Item = StreamEvent> + Send>>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// The commit point: the first content token is ready. Carries the envelope so far.
+    Start(Envelope),
+    TextDelta(String),
+    /// A complete tool call whose arguments parsed (and matched the schema, if any).
+    ToolCall(ToolCall),
+    /// The client must discard everything it has received so far.
+    Reset { reason: String },
+    /// A `continue` policy moved the answer to another route.
+    RouteSwitch { from: String, to: String },
+    Usage(Usage),
+    Finish {
+        reason: FinishReason,
+        envelope: Envelope,
+    },
+    /// Terminal failure. Before `Start` it becomes an HTTP error; after, an in-band error.
+    Error(ErrorEvent),
+}
+
+/// A complete tool call. `arguments` is the raw JSON text, already validated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Position among the answer's tool calls (0, 1, ...).
+    pub index: u32,
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Refusal,
+    /// The stream ended early and the partial answer was kept (the `truncate` policy).
+    Truncated,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Refusal => "refusal",
+            FinishReason::Truncated => "truncated",
+        }
+    }
+}
+
+/// A terminal error as the client sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorEvent {
+    pub class: ErrorClass,
+    /// The HTTP status to answer with when nothing was committed yet.
+    pub status: u16,
+    pub message: String,
+    pub retry_after: Option<std::time::Duration>,
+    pub envelope: Envelope,
+}

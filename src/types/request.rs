@@ -1,0 +1,192 @@
+//! `ChatRequest`: the neutral request every transport decodes into and every provider encodes from.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::event::ToolCall;
+
+/// One logical chat request, independent of the dialect it arrived in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The client-facing model name (a `[models.*]` entry), not an upstream id.
+    pub model: String,
+    /// System prompts are messages with `Role::System`; adapters move them where
+    /// their wire format wants them.
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: Option<ToolChoice>,
+    pub response_format: Option<ResponseFormat>,
+    pub sampling: Sampling,
+    pub max_tokens: Option<u32>,
+    pub stream: bool,
+    /// The client asked for a usage event (`stream_options.include_usage`).
+    pub include_usage: bool,
+    /// Free-form metadata from the client; never sent upstream.
+    pub metadata: serde_json::Map<String, Value>,
+}
+
+impl ChatRequest {
+    /// The response type this request implies when nothing overrides it.
+    pub fn detected_response_type(&self) -> ResponseType {
+        if !self.tools.is_empty() && self.tool_choice != Some(ToolChoice::None) {
+            ResponseType::Tool
+        } else if self.response_format.as_ref().is_some_and(|f| f.is_structured()) {
+            ResponseType::Structured
+        } else {
+            ResponseType::Prose
+        }
+    }
+
+    /// Looks up the JSON Schema of a requested tool by name.
+    pub fn tool_schema(&self, name: &str) -> Option<&Value> {
+        self.tools.iter().find(|t| t.name == name).map(|t| &t.parameters)
+    }
+
+    /// Total characters of text in the conversation (used for size estimates).
+    pub fn text_len(&self) -> usize {
+        self.messages.iter().map(Message::text_len).sum()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<ContentPart>,
+    /// Tool calls an assistant message made earlier in the conversation.
+    pub tool_calls: Vec<ToolCall>,
+    /// For `Role::Tool`: which call this result answers.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
+}
+
+impl Message {
+    pub fn text(role: Role, text: impl Into<String>) -> Self {
+        Message {
+            role,
+            content: vec![ContentPart::Text(text.into())],
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+        }
+    }
+
+    /// The message's text parts joined together.
+    pub fn joined_text(&self) -> String {
+        let mut out = String::new();
+        for part in &self.content {
+            if let ContentPart::Text(t) = part {
+                out.push_str(t);
+            }
+        }
+        out
+    }
+
+    pub fn has_images(&self) -> bool {
+        self.content.iter().any(|p| matches!(p, ContentPart::ImageUrl { .. }))
+    }
+
+    fn text_len(&self) -> usize {
+        let parts: usize = self
+            .content
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text(t) => t.len(),
+                ContentPart::ImageUrl { .. } => 0,
+            })
+            .sum();
+        parts + self.tool_calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    Text(String),
+    ImageUrl { url: String },
+}
+
+/// A tool the model may call; `parameters` is its JSON Schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: Option<String>,
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Tool(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: String,
+        schema: Value,
+        strict: Option<bool>,
+    },
+}
+
+impl ResponseFormat {
+    pub fn is_structured(&self) -> bool {
+        !matches!(self, ResponseFormat::Text)
+    }
+}
+
+/// Sampling parameters; `None` means "the upstream's default".
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub stop: Vec<String>,
+    pub seed: Option<i64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+}
+
+/// What kind of answer is being streamed; decides the mid-stream policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseType {
+    Prose,
+    Structured,
+    Tool,
+    Voice,
+}
+
+impl ResponseType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResponseType::Prose => "prose",
+            ResponseType::Structured => "structured",
+            ResponseType::Tool => "tool",
+            ResponseType::Voice => "voice",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "prose" => Some(ResponseType::Prose),
+            "structured" => Some(ResponseType::Structured),
+            "tool" => Some(ResponseType::Tool),
+            "voice" => Some(ResponseType::Voice),
+            _ => None,
+        }
+    }
+}
