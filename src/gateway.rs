@@ -2,12 +2,23 @@
 //! Every transport calls `Gateway::chat`; the gateway asks the router for a plan and hands it
 //! to the mux.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
+use tokio::time::Instant;
 
-use crate::provider::ErrorClass;
-use crate::types::{ChatRequest, EventStream, ResponseType};
+use crate::config::{Config, ProviderKind, Wire};
+use crate::health::Health;
+use crate::mux::Mux;
+use crate::provider::anthropic::AnthropicProvider;
+use crate::provider::openai::OpenAiProvider;
+use crate::provider::{self, ErrorClass, SharedProvider};
+use crate::router;
+use crate::sim::SimHandle;
+use crate::telemetry;
+use crate::types::{ChatRequest, Envelope, ErrorEvent, EventStream, Level, ResponseType, StreamEvent};
 
 /// Which client dialect a request arrived in; decides what the mux may tell the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,16 +162,136 @@ pub struct ModelInfo {
     pub routes: Vec<String>,
 }
 
-pub struct Gateway {}
+/// The gateway: config, health and the mux, shared by every transport.
+pub struct Gateway {
+    config: Arc<Config>,
+    health: Arc<Health>,
+    mux: Arc<Mux>,
+}
+
+/// A reason the server cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("route {route}: environment variable {var} (api_key_env) is not set")]
+    MissingKey { route: String, var: String },
+    #[error("route {route}: no base_url and no simulated upstream to serve it")]
+    NoUpstream { route: String },
+    #[error("simulated upstream: {0}")]
+    Sim(std::io::Error),
+}
 
 impl Gateway {
+    /// Builds the gateway. Simulated routes are pointed at `sim` (the in-process simulated
+    /// upstream), reached over loopback through the same adapters real routes use.
+    pub fn new(config: Arc<Config>, sim: Option<&SimHandle>) -> Result<Self, StartError> {
+        let client = provider::http_client();
+        let mut providers: HashMap<String, SharedProvider> = HashMap::new();
+        for route in &config.routes {
+            let base_url = match (route.provider, &route.base_url, sim) {
+                (_, Some(url), _) => url.clone(),
+                (ProviderKind::Simulated, None, Some(sim)) => {
+                    let scenario = route.scenario.as_deref().unwrap_or("fast-stable");
+                    match route.wire {
+                        Wire::OpenAi => sim.openai_base_url(scenario),
+                        Wire::Anthropic => sim.anthropic_base_url(scenario),
+                    }
+                }
+                _ => return Err(StartError::NoUpstream { route: route.name.clone() }),
+            };
+            let api_key = match &route.api_key_env {
+                Some(var) => match std::env::var(var) {
+                    Ok(key) if !key.is_empty() => Some(key),
+                    _ => return Err(StartError::MissingKey { route: route.name.clone(), var: var.clone() }),
+                },
+                None => None,
+            };
+            let p: SharedProvider = match route.wire {
+                Wire::OpenAi => Arc::new(OpenAiProvider::new(base_url, route.model.clone(), api_key, client.clone())),
+                Wire::Anthropic => {
+                    Arc::new(AnthropicProvider::new(base_url, route.model.clone(), api_key, client.clone()))
+                }
+            };
+            providers.insert(route.name.clone(), p);
+        }
+        Ok(Self::with_providers(config, providers))
+    }
+
+    /// Builds the gateway over given providers (tests inject their own).
+    pub fn with_providers(config: Arc<Config>, providers: HashMap<String, SharedProvider>) -> Self {
+        let health = Arc::new(Health::new(&config, Instant::now()));
+        let mux = Arc::new(Mux::new(Arc::clone(&config), Arc::clone(&health), providers));
+        Gateway { config, health, mux }
+    }
+
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
     /// Plans the request and returns its event stream. The first event is `Start` (commit)
     /// or `Error` (nothing was committed: render it as an HTTP error).
-    pub fn chat(&self, _req: ChatRequest, _ctx: RequestCtx) -> Result<EventStream, GatewayError> {
-        todo!("filled in by the gateway work")
+    pub fn chat(&self, req: ChatRequest, ctx: RequestCtx) -> Result<EventStream, GatewayError> {
+        if !self.config.models.contains_key(&req.model) {
+            return Err(GatewayError::UnknownModel {
+                model: req.model,
+                known: self.config.models.keys().cloned().collect(),
+            });
+        }
+        if req.messages.is_empty() {
+            return Err(GatewayError::BadRequest("messages must not be empty".into()));
+        }
+        metrics::counter!(telemetry::REQUESTS_TOTAL, "model" => req.model.clone()).increment(1);
+        let now = Instant::now();
+        let stream = match router::plan(&self.config, &self.health, &req, &ctx, now) {
+            Ok(plan) => self.mux.run(req, ctx, plan),
+            Err(e) => {
+                let event = StreamEvent::Error(ErrorEvent {
+                    class: ErrorClass::NoRoute,
+                    status: 400,
+                    message: e.to_string(),
+                    retry_after: None,
+                    envelope: Envelope { request_id: ctx.request_id, level: Level::L4, ..Envelope::default() },
+                });
+                Box::pin(futures::stream::iter([event])) as EventStream
+            }
+        };
+        Ok(Box::pin(ActiveStream::new(stream)))
     }
 
     pub fn models(&self) -> Vec<ModelInfo> {
-        Vec::new()
+        self.config
+            .models
+            .iter()
+            .map(|(name, m)| ModelInfo { name: name.clone(), routes: m.routes.clone() })
+            .collect()
+    }
+}
+
+/// Counts open client streams in `tailcut_active_streams` for as long as it lives.
+struct ActiveStream {
+    inner: EventStream,
+}
+
+impl ActiveStream {
+    fn new(inner: EventStream) -> Self {
+        metrics::gauge!(telemetry::ACTIVE_STREAMS).increment(1.0);
+        ActiveStream { inner }
+    }
+}
+
+impl Drop for ActiveStream {
+    fn drop(&mut self) {
+        metrics::gauge!(telemetry::ACTIVE_STREAMS).decrement(1.0);
+    }
+}
+
+impl futures::Stream for ActiveStream {
+    type Item = StreamEvent;
+
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<StreamEvent>> {
+        self.inner.as_mut().poll_next(cx)
     }
 }

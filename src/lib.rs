@@ -33,6 +33,7 @@
 //! - [`sim`]: the simulated upstream, a real HTTP server driven by explicit scenarios.
 //! - [`config`], [`types`], [`telemetry`]: the TOML contract, neutral types, metrics.
 
+pub mod bench;
 pub mod config;
 pub mod gateway;
 pub mod health;

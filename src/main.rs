@@ -1,1 +1,178 @@
-fn main() {}
+//! The `tailcut` command: `serve` (default), `sim`, `check-config`, `bench`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tailcut::config::{self, Config, ConfigError};
+
+#[derive(Parser)]
+#[command(name = "tailcut", version, about = "A streaming-first LLM edge server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve chat requests (the default; with no --config, the embedded simulated routes).
+    Serve {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+    /// Run the simulated upstream alone.
+    Sim {
+        #[arg(long, default_value = "127.0.0.1:9101")]
+        listen: SocketAddr,
+        /// A config file whose [sim.scenarios.*] are served besides the built-in profiles.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a config file, listing every problem with its key path.
+    CheckConfig { file: PathBuf },
+    /// Benchmarks over the simulated upstream.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Hedging off vs on over two `spiky` routes: TTFT percentiles, extra load, cancel latency.
+    Hedge(tailcut::bench::HedgeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tailcut: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command.unwrap_or(Command::Serve { config: None, listen: None }) {
+            Command::Serve { config, listen } => serve(config, listen).await,
+            Command::Sim { listen, config } => sim(listen, config).await,
+            Command::CheckConfig { file } => check_config(&file),
+            Command::Bench { which: BenchCommand::Hedge(args) } => match tailcut::bench::hedge(args).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tailcut bench: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+        }
+    })
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TAILCUT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = std::env::var("TAILCUT_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn load(path: Option<&PathBuf>) -> Result<Config, ConfigError> {
+    match path {
+        Some(p) => config::load_file(p),
+        None => config::load_str(config::DEFAULT_TOML),
+    }
+}
+
+async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> ExitCode {
+    let mut config = match load(path.as_ref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tailcut: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(addr) = listen {
+        config.server.listen = addr;
+    }
+    let listener = match tokio::net::TcpListener::bind(config.server.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tailcut: cannot listen on {}: {e}", config.server.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let running = match tailcut::server::start(config, listener).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tailcut: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(sim) = &running.sim {
+        tracing::info!(addr = %sim.addr(), "simulated upstream listening");
+    }
+    tracing::info!(addr = %running.addr, "tailcut listening; try: curl -N {}/v1/chat/completions", running.url(""));
+    shutdown_signal().await;
+    tracing::info!("shutdown requested");
+    running.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn sim(listen: SocketAddr, path: Option<PathBuf>) -> ExitCode {
+    let scenarios = match path.as_ref().map(config::load_file).transpose() {
+        Ok(c) => c.map(|c| c.sim.scenarios).unwrap_or_default(),
+        Err(e) => {
+            eprintln!("tailcut: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match tailcut::sim::serve_standalone(listen, scenarios).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tailcut sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_config(file: &PathBuf) -> ExitCode {
+    match config::load_file(file) {
+        Ok(c) => {
+            println!("{}: ok ({} routes, {} models)", file.display(), c.routes.len(), c.models.len());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

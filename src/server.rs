@@ -1,11 +1,36 @@
 //! The HTTP server: builds the axum app, applies the edge limits, and drains gracefully.
+//!
+//! Layers, outermost first, and what each adds to a request:
+//! 1. the accept loop: a cap on open connections (`max_connections`; beyond it new
+//!    connections wait in the kernel backlog), `TCP_NODELAY`;
+//! 2. hyper-util's connection builder: a header-read timeout (slowloris), a bounded header
+//!    buffer and header count, HTTP/1.1 and HTTP/2, WebSocket upgrades;
+//! 3. `DefaultBodyLimit`: request bodies over `max_body_bytes` get a 413;
+//! 4. the routes: chat transports (`transport::routes`) and ops (`transport::ops`).
+//!    Each chat stream holds a permit of `streams` (`max_streams`; none left → 503).
+//!
+//! Shutdown (SIGTERM or ctrl-c): stop accepting, mark `/readyz` unready, let in-flight
+//! streams finish for up to `drain`, then cut what is left.
 
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
+use axum::extract::DefaultBodyLimit;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
 
 use crate::config::Config;
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, StartError};
+use crate::sim::SimHandle;
+use crate::transport;
 
 /// Shared state every handler gets.
 #[derive(Clone)]
@@ -14,4 +39,133 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// One permit per open chat stream; none left → 503.
     pub streams: Arc<Semaphore>,
+    pub metrics: Option<PrometheusHandle>,
+    /// Set once shutdown began: `/readyz` answers 503.
+    pub draining: Arc<AtomicBool>,
+}
+
+impl AppState {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        let config = Arc::clone(gateway.config());
+        AppState {
+            streams: Arc::new(Semaphore::new(config.server.max_streams)),
+            gateway,
+            config,
+            metrics: crate::telemetry::install(),
+            draining: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// The axum app with every route and the body limit.
+pub fn app(state: AppState) -> Router {
+    let limit = state.config.server.max_body_bytes;
+    transport::routes()
+        .merge(transport::ops::routes())
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// A server started by `start`: its address, its simulated upstream, and a way to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub sim: Option<SimHandle>,
+    pub state: AppState,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Begins a graceful shutdown and waits for it (bounded by the drain time).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        if let Some(sim) = &self.sim {
+            sim.shutdown();
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+}
+
+/// Starts the simulated upstream when the config needs one, builds the gateway, and
+/// serves on `listener` in a background task.
+pub async fn start(config: Config, listener: TcpListener) -> Result<Running, StartError> {
+    let sim = if config.needs_sim() {
+        let listen = config.sim.listen.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+        Some(SimHandle::start(listen, config.sim.scenarios.clone()).await.map_err(StartError::Sim)?)
+    } else {
+        None
+    };
+    let config = Arc::new(config);
+    let gateway = Arc::new(Gateway::new(Arc::clone(&config), sim.as_ref())?);
+    let state = AppState::new(gateway);
+    let addr = listener.local_addr().map_err(StartError::Sim)?;
+    let (stop, mut stopped) = watch::channel(false);
+    let task_state = state.clone();
+    let task = tokio::spawn(async move {
+        serve(listener, task_state, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        })
+        .await;
+    });
+    Ok(Running { addr, sim, state, stop, task })
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then drains.
+pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()>) {
+    let server = &state.config.server;
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(server.header_read_timeout)
+        .max_buf_size(server.max_header_bytes.max(8192))
+        .max_headers(server.max_headers);
+    builder.http2().timer(TokioTimer::new()).max_header_list_size(server.max_header_bytes as u32);
+    let connections = Arc::new(Semaphore::new(server.max_connections));
+    let graceful = GracefulShutdown::new();
+    let app = app(state.clone());
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    state.draining.store(true, Ordering::SeqCst);
+    let drain = state.config.server.drain;
+    tracing::info!(drain_ms = drain.as_millis() as u64, "draining in-flight streams");
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!("drained"),
+        _ = tokio::time::sleep(drain) => tracing::warn!("drain time over; cutting remaining streams"),
+    }
 }

@@ -6,6 +6,11 @@
 //! (transport error, in-band error event, malformed event, EOF before the terminal signal)
 //! is yielded once as `Err` and the stream ends. Dropping the stream closes the upstream
 //! connection.
+//!
+//! After the finish signal the rest is optional: many OpenAI-compatible servers never send
+//! `[DONE]`, so a stream ends as soon as its usage arrives, at its terminal marker, at EOF,
+//! or after `FINISH_GRACE` of silence, whichever comes first. EOF *before* the finish
+//! signal is a `Protocol` error (T11).
 
 pub mod anthropic;
 mod error;
@@ -14,13 +19,21 @@ pub mod sse;
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::Stream;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
 
-pub use error::{Blame, ErrorClass, ProviderError};
+pub use anthropic::AnthropicProvider;
+pub use error::{
+    classify_in_band, classify_response, classify_status, classify_transport, Blame, ErrorClass,
+    ProviderError, MAX_ERROR_BODY_BYTES,
+};
+pub use openai::OpenAiProvider;
 
 use crate::types::{ChatRequest, FinishReason, Usage};
+use sse::{SseError, SseEvent, SseLimits};
 
 /// One piece of an upstream answer, before the mux assembles or commits anything.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,3 +78,224 @@ pub trait Provider: Send + Sync + 'static {
 }
 
 pub type SharedProvider = Arc<dyn Provider>;
+
+/// The HTTP client every adapter shares: one connection pool per upstream host, no overall
+/// timeout (the mux owns deadlines and stall detection), TCP_NODELAY for first tokens.
+pub fn http_client() -> reqwest::Client {
+    // reqwest is built with `rustls-no-provider`; ring is the provider. A second install
+    // fails harmlessly when another part of the process got there first.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(64)
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .expect("the HTTP client builds once a TLS crypto provider is installed")
+}
+
+/// How long a stream may stay silent after its finish signal before it counts as ended.
+pub(crate) const FINISH_GRACE: Duration = Duration::from_secs(1);
+
+/// What a wire decoder says after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Progress {
+    More,
+    /// The terminal signal arrived: the stream is over.
+    End,
+}
+
+/// One upstream wire format's per-answer state machine: SSE events in, deltas out.
+pub(crate) trait WireDecoder: Send + 'static {
+    fn on_event(&mut self, event: SseEvent, out: &mut Vec<Delta>) -> Result<Progress, ProviderError>;
+    /// The finish signal was seen; anything after it (usage, a terminal marker) is optional.
+    fn finished(&self) -> bool;
+    /// The body ended (EOF, a failure after finish, or the grace period): emit what is still
+    /// owed, or fail if the answer never finished.
+    fn on_end(&mut self, out: &mut Vec<Delta>) -> Result<(), ProviderError>;
+}
+
+/// Runs a wire decoder over an SSE body. Owns the body, so dropping the returned stream
+/// closes the upstream connection.
+pub(crate) fn drive<S, E, D>(body: S, mut decoder: D) -> DeltaStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+    D: WireDecoder,
+{
+    Box::pin(async_stream::stream! {
+        let events = sse::sse_events(body, SseLimits::default());
+        futures::pin_mut!(events);
+        let mut out = Vec::new();
+        loop {
+            let next = if decoder.finished() {
+                tokio::time::timeout(FINISH_GRACE, events.next()).await.ok().flatten()
+            } else {
+                events.next().await
+            };
+            let failure = match next {
+                Some(Ok(event)) => match decoder.on_event(event, &mut out) {
+                    Ok(progress) => {
+                        for delta in out.drain(..) {
+                            yield Ok(delta);
+                        }
+                        if progress == Progress::End {
+                            return;
+                        }
+                        continue;
+                    }
+                    Err(e) => Some(e),
+                },
+                Some(Err(e)) => Some(sse_failure(e)),
+                None => None,
+            };
+            for delta in out.drain(..) {
+                yield Ok(delta);
+            }
+            if let Some(e) = failure {
+                if !decoder.finished() {
+                    yield Err(e);
+                    return;
+                }
+                tracing::debug!(error = %e, "upstream failed after its finish signal; answer kept");
+            }
+            let end = decoder.on_end(&mut out);
+            for delta in out.drain(..) {
+                yield Ok(delta);
+            }
+            if let Err(e) = end {
+                yield Err(e);
+            }
+            return;
+        }
+    })
+}
+
+fn sse_failure(err: SseError) -> ProviderError {
+    match err {
+        SseError::Transport(inner) => match inner.downcast_ref::<reqwest::Error>() {
+            Some(e) => classify_transport(e),
+            None => ProviderError::new(ErrorClass::Unavailable, format!("upstream body failed: {inner}")),
+        },
+        other => ProviderError::new(ErrorClass::Protocol, format!("malformed upstream stream: {other}")),
+    }
+}
+
+/// Test support: a loopback HTTP server that replays fixed bytes and records requests.
+#[cfg(test)]
+pub(crate) mod replay {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::http::{HeaderMap, Response, StatusCode, Uri};
+    use bytes::Bytes;
+    use parking_lot::Mutex;
+    use tokio::sync::Notify;
+
+    #[derive(Debug, Clone)]
+    pub struct Reply {
+        pub status: u16,
+        pub headers: Vec<(&'static str, String)>,
+        pub chunks: Vec<Bytes>,
+        /// Keep the connection open after the last chunk instead of ending the body.
+        pub hold_open: bool,
+    }
+
+    impl Reply {
+        pub fn sse(body: &str) -> Self {
+            Reply {
+                status: 200,
+                headers: vec![("content-type", "text/event-stream".to_string())],
+                chunks: vec![Bytes::copy_from_slice(body.as_bytes())],
+                hold_open: false,
+            }
+        }
+
+        pub fn error(status: u16, headers: &[(&'static str, &str)], body: &str) -> Self {
+            Reply {
+                status,
+                headers: headers.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+                chunks: vec![Bytes::copy_from_slice(body.as_bytes())],
+                hold_open: false,
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    pub struct Recorded {
+        pub path: String,
+        pub headers: HeaderMap,
+        pub body: serde_json::Value,
+    }
+
+    pub struct ReplayServer {
+        /// `http://127.0.0.1:PORT`
+        pub base: String,
+        pub requests: Arc<Mutex<Vec<Recorded>>>,
+        body_dropped: Arc<(AtomicBool, Notify)>,
+        _server: tokio::task::JoinHandle<()>,
+    }
+
+    impl ReplayServer {
+        pub async fn start(reply: Reply) -> Self {
+            let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+            let body_dropped: Arc<(AtomicBool, Notify)> = Arc::default();
+            let (recorder, dropped) = (requests.clone(), body_dropped.clone());
+            let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
+                let (reply, recorder, dropped) = (reply.clone(), recorder.clone(), dropped.clone());
+                async move {
+                    let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                    recorder.lock().push(Recorded { path: uri.path().to_string(), headers, body });
+                    respond(reply, dropped)
+                }
+            });
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+            let addr = listener.local_addr().expect("local addr");
+            let server = tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+            ReplayServer { base: format!("http://{addr}"), requests, body_dropped, _server: server }
+        }
+
+        /// Resolves once the server saw the response body dropped (the client went away).
+        pub async fn body_dropped(&self) {
+            loop {
+                let notified = self.body_dropped.1.notified();
+                if self.body_dropped.0.load(Ordering::SeqCst) {
+                    return;
+                }
+                notified.await;
+            }
+        }
+    }
+
+    struct DropFlag(Arc<(AtomicBool, Notify)>);
+
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0 .0.store(true, Ordering::SeqCst);
+            self.0 .1.notify_waiters();
+        }
+    }
+
+    fn respond(reply: Reply, dropped: Arc<(AtomicBool, Notify)>) -> Response<Body> {
+        let flag = DropFlag(dropped);
+        let stream = async_stream::stream! {
+            let _flag = flag;
+            for chunk in reply.chunks {
+                yield Ok::<_, Infallible>(chunk);
+            }
+            if reply.hold_open {
+                futures::future::pending::<()>().await;
+            }
+        };
+        let mut response = Response::new(Body::from_stream(stream));
+        *response.status_mut() = StatusCode::from_u16(reply.status).expect("valid test status");
+        for (name, value) in reply.headers {
+            response.headers_mut().insert(name, value.parse().expect("valid test header"));
+        }
+        response
+    }
+}
