@@ -79,9 +79,6 @@ pub struct RawLimits {
     pub max_midstream_recoveries: Option<u32>,
 }
 
-/// `[policies]`: response type -> `["first", "fallback"]` or `"only"`.
-pub type RawPolicies = BTreeMap<String, toml::Value>;
-
 #[derive(Debug, Default, Deserialize)]
 pub struct RawSim {
     pub listen: Option<String>,

@@ -46,7 +46,6 @@ pub struct HedgeTimer {
     pub delay: Duration,
     /// The delay came from the live window (not the default).
     pub live: bool,
-    pub fired_at: Option<Instant>,
 }
 
 impl HedgeTimer {
@@ -55,7 +54,6 @@ impl HedgeTimer {
             at: None,
             delay: Duration::ZERO,
             live: false,
-            fired_at: None,
         }
     }
 
@@ -64,12 +62,7 @@ impl HedgeTimer {
             at: Some(start + delay),
             delay,
             live,
-            fired_at: None,
         }
-    }
-
-    pub fn armed(&self) -> bool {
-        self.at.is_some()
     }
 
     pub fn disarm(&mut self) {

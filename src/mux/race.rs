@@ -46,10 +46,6 @@ impl Race {
         .await
     }
 
-    pub fn get_mut(&mut self, i: usize) -> &mut Attempt {
-        &mut self.attempts[i]
-    }
-
     pub fn take(&mut self, i: usize) -> Attempt {
         self.attempts.remove(i)
     }

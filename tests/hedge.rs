@@ -1,0 +1,180 @@
+//! Hedging end to end on paused time: the simulated upstream's delays and tailcut's timers
+//! share tokio's virtual clock, so "the hedge fired at p95" is checked to the millisecond.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tailcut::sim::{SimEnd, SimRecord};
+use tokio::time::Instant;
+
+const SCENARIOS: &str = r#"
+[sim.scenarios.slow]
+text = "slow primary answer"
+ttft = { median_ms = 3000.0, sigma = 0.0 }
+inter_token_ms = 5.0
+[sim.scenarios.fast]
+text = "fast hedge answer"
+ttft = { median_ms = 10.0, sigma = 0.0 }
+inter_token_ms = 5.0
+[sim.scenarios.medium]
+text = "medium answer"
+ttft = { median_ms = 2000.0, sigma = 0.0 }
+inter_token_ms = 5.0
+[sim.scenarios.quick-primary]
+text = "quick primary answer"
+ttft = { median_ms = 100.0, sigma = 0.0 }
+inter_token_ms = 5.0
+[sim.scenarios.dies-early]
+ttft = { median_ms = 500.0, sigma = 0.0 }
+failure = { drop_after_tokens = 0 }
+"#;
+
+/// Fills route `name`'s TTFT window so its p95 is `p95`.
+fn preload(server: &tailcut::server::Running, name: &str, p95: Duration) {
+    let health = server.state.gateway.health();
+    let now = Instant::now();
+    for _ in 0..40 {
+        health.record_ttft(name, now, p95);
+    }
+}
+
+fn by_scenario<'a>(log: &'a [SimRecord], scenario: &str) -> Vec<&'a SimRecord> {
+    log.iter().filter(|r| r.scenario == scenario).collect()
+}
+
+fn ms_between(a: Instant, b: Instant) -> f64 {
+    b.saturating_duration_since(a).as_secs_f64() * 1000.0
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedge_fires_after_p95_ttft() {
+    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], SCENARIOS)).await;
+    preload(&server, "a", Duration::from_millis(300));
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.text(), "fast hedge answer", "the hedge won");
+    let log = server.sim.as_ref().expect("sim").log();
+    let primary = by_scenario(&log, "slow")[0];
+    let hedge = by_scenario(&log, "fast")[0];
+    let fired = ms_between(primary.accepted_at, hedge.accepted_at);
+    assert!((299.0..=301.0).contains(&fired), "hedge sent {fired} ms after the primary, p95 is 300 ms");
+    let env = reply.envelope();
+    assert_eq!(env["hedged"], true, "{env}");
+    assert_eq!(env["hedge"]["fired_after_ms"], 300, "{env}");
+    assert_eq!(env["hedge"]["winner"], "b", "{env}");
+    assert_eq!(reply.headers["x-tailcut-hedged"], "true");
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedge_not_fired_when_primary_is_fast() {
+    let server = start(&config_toml(&[("a", "openai", "quick-primary"), ("b", "openai", "fast")], SCENARIOS)).await;
+    preload(&server, "a", Duration::from_millis(300));
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.text(), "quick primary answer");
+    let log = server.sim.as_ref().expect("sim").log();
+    assert!(by_scenario(&log, "fast").is_empty(), "no hedge for a primary faster than its p95: {log:?}");
+    assert_eq!(reply.envelope()["hedged"], false);
+}
+
+#[tokio::test(start_paused = true)]
+async fn loser_connection_is_closed() {
+    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], SCENARIOS)).await;
+    preload(&server, "a", Duration::from_millis(300));
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.status, 200);
+    let log = wait_for_log(&server, "loser closed", |l| {
+        l.iter().any(|r| r.scenario == "slow" && r.end.is_some())
+    })
+    .await;
+    let loser = by_scenario(&log, "slow")[0];
+    let winner = by_scenario(&log, "fast")[0];
+    assert_eq!(loser.end, Some(SimEnd::ClientClosed), "the loser's connection was closed by tailcut");
+    assert_eq!(loser.first_token_at, None, "the loser never produced a token");
+    let first = winner.first_token_at.expect("winner's first token");
+    let closed = loser.ended_at.expect("loser end time");
+    let lag = ms_between(first, closed);
+    assert!(lag <= 1.0, "loser closed {lag} ms after the winner's first token");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_loser_event_reaches_the_sse_client() {
+    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "anthropic", "fast")], SCENARIOS)).await;
+    preload(&server, "a", Duration::from_millis(300));
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    let chunks = reply.chunks();
+    let roles = chunks.iter().filter(|c| c["choices"][0]["delta"].get("role").is_some()).count();
+    assert_eq!(roles, 1, "one role chunk, the winner's: {}", reply.raw);
+    assert!(chunks.iter().all(|c| c["model"] == "model-b"), "every chunk is the winner's: {}", reply.raw);
+    assert_eq!(reply.text(), "fast hedge answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn side_effecting_requests_never_hedge() {
+    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], SCENARIOS)).await;
+    preload(&server, "a", Duration::from_millis(300));
+    let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
+    assert_eq!(reply.text(), "slow primary answer", "the primary served, however slow");
+    let log = server.sim.as_ref().expect("sim").log();
+    assert!(by_scenario(&log, "fast").is_empty(), "x-tailcut-hedge: off is never hedged");
+
+    let toml = config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], SCENARIOS)
+        .replace("name = \"a\"\n", "name = \"a\"\nside_effecting = true\n");
+    let server = start(&toml).await;
+    preload(&server, "a", Duration::from_millis(300));
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.text(), "slow primary answer");
+    let log = server.sim.as_ref().expect("sim").log();
+    assert!(by_scenario(&log, "fast").is_empty(), "a side-effecting route is never hedged");
+}
+
+#[tokio::test(start_paused = true)]
+async fn primary_failure_before_first_token_fails_over_at_once_while_the_hedge_runs() {
+    let routes = [("a", "openai", "dies-early"), ("b", "openai", "medium"), ("c", "openai", "fast")];
+    let server = start(&config_toml(&routes, SCENARIOS)).await;
+    preload(&server, "a", Duration::from_millis(300));
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.text(), "fast hedge answer", "the failover route served");
+    let log = wait_for_log(&server, "hedge closed", |l| l.iter().any(|r| r.scenario == "medium" && r.end.is_some())).await;
+    let primary = by_scenario(&log, "dies-early")[0];
+    let hedge = by_scenario(&log, "medium")[0];
+    let failover = by_scenario(&log, "fast")[0];
+    let hedge_at = ms_between(primary.accepted_at, hedge.accepted_at);
+    assert!((299.0..=301.0).contains(&hedge_at), "hedge at p95: {hedge_at}");
+    let failover_at = ms_between(primary.accepted_at, failover.accepted_at);
+    assert!((499.0..=502.0).contains(&failover_at), "failover right when the primary died (500 ms): {failover_at}");
+    let hedge_end = ms_between(primary.accepted_at, hedge.ended_at.expect("hedge ended"));
+    let failover_first = ms_between(primary.accepted_at, failover.first_token_at.expect("first token"));
+    assert!(hedge_end >= failover_first, "the hedge kept running until the failover's first token");
+    assert_eq!(hedge.end, Some(SimEnd::ClientClosed));
+    let env = reply.envelope();
+    assert_eq!(env["fell_back_from"][0]["route"], "a", "{env}");
+    assert_eq!(env["route"], "c", "{env}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn budget_caps_hedges() {
+    let extra = format!("{SCENARIOS}\n[hedge]\nbudget_ratio = 0.1\nbudget_floor_per_sec = 0.0\nbudget_window_secs = 3600\n");
+    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], &extra)).await;
+    preload(&server, "a", Duration::from_millis(300));
+    let base = server.url("");
+    let total = 1000;
+    for batch in 0..(total / 50) {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..50 {
+            let base = base.clone();
+            set.spawn(async move { post_sse(&base, &chat_body(true), &[]).await.status });
+        }
+        while let Some(status) = set.join_next().await {
+            assert_eq!(status.expect("task"), 200, "batch {batch}");
+        }
+    }
+    let log = server.sim.as_ref().expect("sim").log();
+    let primaries = by_scenario(&log, "slow").len();
+    let hedges = by_scenario(&log, "fast").len();
+    assert_eq!(primaries, total, "every request had a primary");
+    assert!(hedges <= total / 10 + 1, "hedges capped at 10% of requests: {hedges}");
+    assert!(hedges >= total / 10 - 5, "the budget was used, not starved: {hedges}");
+}
