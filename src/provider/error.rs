@@ -4,15 +4,16 @@
 //! Three sources are classified here: a non-2xx answer when a stream opens
 //! (`classify_status`, reading at most `MAX_ERROR_BODY_BYTES` of the body), a transport
 //! failure (`classify_transport`), and an error payload inside a 200 stream
-//! (`classify_in_band`, T10). How long to wait comes from `retry-after-ms`, `retry-after`
-//! (seconds or HTTP-date), and on a 429 from the providers' rate-limit reset headers.
+//! (`classify_in_band`, T10). How long to wait comes from `retry_after`.
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::retry_after::retry_after;
 
 /// What kind of failure this is; decides whether another route may be tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -87,19 +88,14 @@ impl ErrorClass {
     pub fn counts_against_route(self) -> bool {
         matches!(
             self,
-            ErrorClass::RateLimited
-                | ErrorClass::Unavailable
-                | ErrorClass::Timeout
-                | ErrorClass::Protocol
+            ErrorClass::RateLimited | ErrorClass::Unavailable | ErrorClass::Timeout | ErrorClass::Protocol
         )
     }
 
     pub fn blame(self) -> Blame {
         match self {
             ErrorClass::BadRequest | ErrorClass::ContextLength => Blame::Client,
-            ErrorClass::Auth | ErrorClass::Overloaded | ErrorClass::NoRoute | ErrorClass::Internal => {
-                Blame::Gateway
-            }
+            ErrorClass::Auth | ErrorClass::Overloaded | ErrorClass::NoRoute | ErrorClass::Internal => Blame::Gateway,
             _ => Blame::Upstream,
         }
     }
@@ -194,7 +190,11 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &[u8]) -> Provide
         .as_ref()
         .and_then(error_message)
         .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
-    let message = if message.is_empty() { format!("HTTP {status}") } else { bound(&message) };
+    let message = if message.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        bound(&message)
+    };
     let class = match status {
         429 => ErrorClass::RateLimited,
         400 | 422 if mentions_context_length(detail, &message) => ErrorClass::ContextLength,
@@ -215,11 +215,13 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &[u8]) -> Provide
         _ => message,
     };
     let retry_after = match class {
-        ErrorClass::RateLimited => retry_after_at(headers, SystemTime::now(), true),
-        ErrorClass::Unavailable | ErrorClass::Timeout => retry_after_at(headers, SystemTime::now(), false),
+        ErrorClass::RateLimited => retry_after(headers, true),
+        ErrorClass::Unavailable | ErrorClass::Timeout => retry_after(headers, false),
         _ => None,
     };
-    ProviderError::new(class, message).with_status(status).with_retry_after(retry_after)
+    ProviderError::new(class, message)
+        .with_status(status)
+        .with_retry_after(retry_after)
 }
 
 /// Reads a failed response's body (at most `MAX_ERROR_BODY_BYTES`) and classifies it.
@@ -278,14 +280,24 @@ pub fn classify_in_band(payload: &Value) -> ProviderError {
         class
     };
     let label = if kind.is_empty() { code } else { kind };
-    let message = if label.is_empty() { message } else { format!("{label}: {message}") };
+    let message = if label.is_empty() {
+        message
+    } else {
+        format!("{label}: {message}")
+    };
     ProviderError::new(class, message)
 }
 
 fn class_of_error_type(kind: &str) -> Option<ErrorClass> {
     Some(match kind {
-        "overloaded_error" | "server_error" | "api_error" | "overloaded" | "server_is_overloaded"
-        | "service_unavailable" | "slow_down" | "internal_error" => ErrorClass::Unavailable,
+        "overloaded_error"
+        | "server_error"
+        | "api_error"
+        | "overloaded"
+        | "server_is_overloaded"
+        | "service_unavailable"
+        | "slow_down"
+        | "internal_error" => ErrorClass::Unavailable,
         "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" | "requests" | "tokens" => {
             ErrorClass::RateLimited
         }
@@ -317,9 +329,14 @@ fn mentions_context_length(detail: Option<&Value>, message: &str) -> bool {
         return true;
     }
     let lower = message.to_ascii_lowercase();
-    ["maximum context length", "context_length_exceeded", "prompt is too long", "context window"]
-        .iter()
-        .any(|needle| lower.contains(needle))
+    [
+        "maximum context length",
+        "context_length_exceeded",
+        "prompt is too long",
+        "context window",
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle))
 }
 
 fn bound(message: &str) -> String {
@@ -327,133 +344,6 @@ fn bound(message: &str) -> String {
         Some((cut, _)) => format!("{}…", &message[..cut]),
         None => message.to_string(),
     }
-}
-
-/// How long the upstream asked us to wait. `retry-after-ms` wins, then `retry-after`
-/// (seconds or HTTP-date); on a 429 only, the rate-limit reset headers as a last resort.
-fn retry_after_at(headers: &HeaderMap, now: SystemTime, rate_limited: bool) -> Option<Duration> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return seconds(ms / 1000.0);
-    }
-    if let Some(value) = header("retry-after") {
-        if let Ok(secs) = value.parse::<f64>() {
-            return seconds(secs);
-        }
-        if let Some(at) = parse_http_date(value) {
-            return Some(at.duration_since(now).unwrap_or_default());
-        }
-    }
-    if !rate_limited {
-        return None;
-    }
-    // Prefer the limits that are exhausted; if none says so, the longest reset is the safe bet.
-    let limits = ["requests", "tokens", "input-tokens", "output-tokens"];
-    let mut resets: Vec<(bool, Duration)> = Vec::new();
-    for limit in limits {
-        let openai = header(&format!("x-ratelimit-reset-{limit}")).and_then(parse_go_duration);
-        let openai_left = header(&format!("x-ratelimit-remaining-{limit}"));
-        let anthropic = header(&format!("anthropic-ratelimit-{limit}-reset"))
-            .and_then(parse_rfc3339)
-            .map(|at| at.duration_since(now).unwrap_or_default());
-        let anthropic_left = header(&format!("anthropic-ratelimit-{limit}-remaining"));
-        resets.extend(openai.map(|d| (openai_left == Some("0"), d)));
-        resets.extend(anthropic.map(|d| (anthropic_left == Some("0"), d)));
-    }
-    let exhausted = resets.iter().filter(|(zero, _)| *zero).map(|(_, d)| *d).max();
-    exhausted.or_else(|| resets.iter().map(|(_, d)| *d).max())
-}
-
-fn seconds(secs: f64) -> Option<Duration> {
-    Duration::try_from_secs_f64(secs).ok()
-}
-
-/// Go-style durations as OpenAI sends them: `20ms`, `1s`, `6m0s`, `1.5s`, `1h2m3s`.
-fn parse_go_duration(text: &str) -> Option<Duration> {
-    let mut total = 0.0_f64;
-    let mut rest = text;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        let number: f64 = rest[..number_len].parse().ok()?;
-        rest = &rest[number_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        total += number * scale;
-        rest = &rest[unit_len..];
-    }
-    seconds(total)
-}
-
-/// IMF-fixdate, the only HTTP-date form servers may send: `Sun, 06 Nov 1994 08:49:37 GMT`.
-fn parse_http_date(text: &str) -> Option<SystemTime> {
-    let parts: Vec<&str> = text.split_whitespace().collect();
-    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let month = MONTHS.iter().position(|m| m == month)? as u32 + 1;
-    let (h, m, s) = parse_hms(time)?;
-    to_system_time(year.parse().ok()?, month, day.parse().ok()?, h, m, s, 0)
-}
-
-/// RFC 3339 as Anthropic sends it: `2025-08-21T12:40:59Z`, with optional fraction and offset.
-fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let (date, rest) = text.split_at_checked(10)?;
-    let mut ymd = date.split('-');
-    let (year, month, day) = (ymd.next()?.parse().ok()?, ymd.next()?.parse().ok()?, ymd.next()?.parse().ok()?);
-    let rest = rest.strip_prefix(['T', 't', ' '])?;
-    let (time, rest) = rest.split_at_checked(8)?;
-    let (h, m, s) = parse_hms(time)?;
-    let rest = match rest.strip_prefix('.') {
-        Some(frac) => frac.trim_start_matches(|c: char| c.is_ascii_digit()),
-        None => rest,
-    };
-    let offset_secs: i64 = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.chars().next()? {
-                '+' => 1,
-                '-' => -1,
-                _ => return None,
-            };
-            let (oh, om) = rest[1..].split_once(':')?;
-            sign * (oh.parse::<i64>().ok()? * 3600 + om.parse::<i64>().ok()? * 60)
-        }
-    };
-    to_system_time(year, month, day, h, m, s, offset_secs)
-}
-
-fn parse_hms(time: &str) -> Option<(u32, u32, u32)> {
-    let mut it = time.split(':');
-    let hms = (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
-    (it.next().is_none() && hms.0 < 24 && hms.1 < 60 && hms.2 < 61).then_some(hms)
-}
-
-fn to_system_time(year: i64, month: u32, day: u32, h: u32, m: u32, s: u32, offset: i64) -> Option<SystemTime> {
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    // Days from 1970-01-01 (H. Hinnant's days_from_civil).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (i64::from(month) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + i64::from(h * 3600 + m * 60 + s) - offset;
-    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
 }
 
 #[cfg(test)]
@@ -465,7 +355,10 @@ mod tests {
         let mut map = HeaderMap::new();
         for (k, v) in pairs {
             let name = HeaderName::from_bytes(k.as_bytes()).unwrap_or_else(|e| panic!("test header {k}: {e}"));
-            map.insert(name, HeaderValue::from_str(v).unwrap_or_else(|e| panic!("test value {v}: {e}")));
+            map.insert(
+                name,
+                HeaderValue::from_str(v).unwrap_or_else(|e| panic!("test value {v}: {e}")),
+            );
         }
         map
     }
@@ -476,7 +369,11 @@ mod tests {
 
     #[test]
     fn rate_limit_honours_retry_after_seconds() {
-        let e = status(429, &[("retry-after", "2")], r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#);
+        let e = status(
+            429,
+            &[("retry-after", "2")],
+            r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+        );
         assert_eq!(e.class, ErrorClass::RateLimited);
         assert_eq!(e.status, Some(429));
         assert_eq!(e.message, "Rate limit reached", "message from error.message");
@@ -486,56 +383,22 @@ mod tests {
     #[test]
     fn retry_after_ms_wins_over_retry_after() {
         let e = status(429, &[("retry-after", "2"), ("retry-after-ms", "250")], "");
-        assert_eq!(e.retry_after, Some(Duration::from_millis(250)), "retry-after-ms has precedence");
-        assert_eq!(e.message, "HTTP 429", "empty body falls back to the status");
-    }
-
-    #[test]
-    fn retry_after_http_date_is_relative_to_now() {
-        let now = UNIX_EPOCH + Duration::from_secs(784_111_767); // Sun, 06 Nov 1994 08:49:27 GMT
-        let h = headers(&[("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")]);
-        assert_eq!(retry_after_at(&h, now, true), Some(Duration::from_secs(10)));
-        let past = headers(&[("retry-after", "Sun, 06 Nov 1994 08:00:00 GMT")]);
-        assert_eq!(retry_after_at(&past, now, true), Some(Duration::ZERO), "a past date means now");
-    }
-
-    #[test]
-    fn openai_reset_headers_are_go_durations() {
-        let h = headers(&[
-            ("x-ratelimit-remaining-requests", "4999"),
-            ("x-ratelimit-reset-requests", "20ms"),
-            ("x-ratelimit-remaining-tokens", "0"),
-            ("x-ratelimit-reset-tokens", "6m0s"),
-        ]);
-        assert_eq!(retry_after_at(&h, SystemTime::now(), true), Some(Duration::from_secs(360)), "exhausted limit wins");
-        assert_eq!(retry_after_at(&h, SystemTime::now(), false), None, "reset headers only count on a 429");
-        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("1h2m3s"), Some(Duration::from_secs(3723)));
-        assert_eq!(parse_go_duration("soon"), None);
-    }
-
-    #[test]
-    fn anthropic_reset_headers_are_rfc3339() {
-        let now = parse_rfc3339("2025-08-21T12:40:00Z").unwrap_or(UNIX_EPOCH);
-        assert_ne!(now, UNIX_EPOCH, "rfc3339 parses");
-        let h = headers(&[
-            ("anthropic-ratelimit-input-tokens-remaining", "0"),
-            ("anthropic-ratelimit-input-tokens-reset", "2025-08-21T12:40:59Z"),
-            ("anthropic-ratelimit-requests-remaining", "999"),
-            ("anthropic-ratelimit-requests-reset", "2025-08-21T12:40:01.5+00:00"),
-        ]);
-        assert_eq!(retry_after_at(&h, now, true), Some(Duration::from_secs(59)));
         assert_eq!(
-            parse_rfc3339("2025-08-21T14:40:00+02:00"),
-            Some(now),
-            "offsets are applied"
+            e.retry_after,
+            Some(Duration::from_millis(250)),
+            "retry-after-ms has precedence"
         );
+        assert_eq!(e.message, "HTTP 429", "empty body falls back to the status");
     }
 
     #[test]
     fn server_errors_and_529_are_unavailable() {
         for code in [500, 502, 503, 504, 529] {
-            let e = status(code, &[], r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#);
+            let e = status(
+                code,
+                &[],
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            );
             assert_eq!(e.class, ErrorClass::Unavailable, "status {code}");
             assert_eq!(e.message, "Overloaded");
         }
@@ -543,26 +406,57 @@ mod tests {
 
     #[test]
     fn bad_request_unless_it_is_about_context_length() {
-        let plain = status(400, &[], r#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error","code":"invalid_value"}}"#);
+        let plain = status(
+            400,
+            &[],
+            r#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error","code":"invalid_value"}}"#,
+        );
         assert_eq!(plain.class, ErrorClass::BadRequest);
-        let code = status(400, &[], r#"{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}"#);
+        let code = status(
+            400,
+            &[],
+            r#"{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+        );
         assert_eq!(code.class, ErrorClass::ContextLength, "by code");
-        let openai = status(400, &[], r#"{"error":{"message":"This model's maximum context length is 128000 tokens."}}"#);
+        let openai = status(
+            400,
+            &[],
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens."}}"#,
+        );
         assert_eq!(openai.class, ErrorClass::ContextLength, "by OpenAI message");
-        let anthropic = status(400, &[], r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#);
+        let anthropic = status(
+            400,
+            &[],
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        );
         assert_eq!(anthropic.class, ErrorClass::ContextLength, "by Anthropic message");
-        assert_eq!(status(413, &[], "<html>Request Entity Too Large</html>").class, ErrorClass::ContextLength);
+        assert_eq!(
+            status(413, &[], "<html>Request Entity Too Large</html>").class,
+            ErrorClass::ContextLength
+        );
     }
 
     #[test]
     fn auth_not_found_and_timeout_statuses() {
-        let e = status(401, &[], r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#);
+        let e = status(
+            401,
+            &[],
+            r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+        );
         assert_eq!(e.class, ErrorClass::Auth);
         assert!(e.message.contains("invalid x-api-key"), "{}", e.message);
         assert_eq!(status(403, &[], "").class, ErrorClass::Auth);
         let nf = status(404, &[], r#"{"error":{"message":"The model `gpt-9` does not exist"}}"#);
-        assert_eq!(nf.class, ErrorClass::BadRequest, "model not found is configuration, not an outage");
-        assert!(nf.message.contains("not found") && nf.message.contains("gpt-9"), "{}", nf.message);
+        assert_eq!(
+            nf.class,
+            ErrorClass::BadRequest,
+            "model not found is configuration, not an outage"
+        );
+        assert!(
+            nf.message.contains("not found") && nf.message.contains("gpt-9"),
+            "{}",
+            nf.message
+        );
         assert_eq!(status(408, &[], "").class, ErrorClass::Timeout);
         assert_eq!(status(302, &[], "").class, ErrorClass::Protocol);
     }
@@ -571,7 +465,11 @@ mod tests {
     fn long_messages_and_bodies_are_bounded() {
         let body = format!(r#"{{"error":{{"message":"{}"}}}}"#, "é".repeat(2000));
         let e = status(500, &[], &body);
-        assert_eq!(e.message.chars().count(), MAX_MESSAGE_CHARS + 1, "500 chars plus an ellipsis");
+        assert_eq!(
+            e.message.chars().count(),
+            MAX_MESSAGE_CHARS + 1,
+            "500 chars plus an ellipsis"
+        );
         let huge = "x".repeat(MAX_ERROR_BODY_BYTES * 2);
         assert!(status(500, &[], &huge).message.chars().count() <= MAX_MESSAGE_CHARS + 1);
     }
@@ -579,12 +477,30 @@ mod tests {
     #[test]
     fn in_band_errors_classify_by_type_and_code() {
         let cases = [
-            (r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, ErrorClass::Unavailable),
-            (r#"{"error":{"message":"The server had an error","type":"server_error","param":null,"code":null}}"#, ErrorClass::Unavailable),
-            (r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#, ErrorClass::RateLimited),
-            (r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#, ErrorClass::BadRequest),
-            (r#"{"error":{"message":"x","type":"invalid_request_error","code":"context_length_exceeded"}}"#, ErrorClass::ContextLength),
-            (r#"{"type":"error","error":{"type":"authentication_error","message":"no"}}"#, ErrorClass::Auth),
+            (
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                ErrorClass::Unavailable,
+            ),
+            (
+                r#"{"error":{"message":"The server had an error","type":"server_error","param":null,"code":null}}"#,
+                ErrorClass::Unavailable,
+            ),
+            (
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#,
+                ErrorClass::RateLimited,
+            ),
+            (
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#,
+                ErrorClass::BadRequest,
+            ),
+            (
+                r#"{"error":{"message":"x","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+                ErrorClass::ContextLength,
+            ),
+            (
+                r#"{"type":"error","error":{"type":"authentication_error","message":"no"}}"#,
+                ErrorClass::Auth,
+            ),
             (r#"{"error":{"message":"??"}}"#, ErrorClass::Unavailable),
             (r#"{"error":"plain string"}"#, ErrorClass::Unavailable),
         ];
@@ -603,7 +519,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
         drop(listener);
-        let err = reqwest::Client::new()
+        let err = crate::provider::http_client()
             .get(format!("http://{addr}/"))
             .send()
             .await

@@ -15,22 +15,24 @@
 pub mod anthropic;
 mod error;
 pub mod openai;
+mod retry_after;
 pub mod sse;
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 
 pub use anthropic::AnthropicProvider;
 pub use error::{
-    classify_in_band, classify_response, classify_status, classify_transport, Blame, ErrorClass,
-    ProviderError, MAX_ERROR_BODY_BYTES,
+    classify_in_band, classify_response, classify_status, classify_transport, Blame, ErrorClass, ProviderError,
+    MAX_ERROR_BODY_BYTES,
 };
 pub use openai::OpenAiProvider;
+pub use retry_after::retry_after;
 
 use crate::types::{ChatRequest, FinishReason, Usage};
 use sse::{SseError, SseEvent, SseLimits};
@@ -247,16 +249,27 @@ pub(crate) mod replay {
                 let (reply, recorder, dropped) = (reply.clone(), recorder.clone(), dropped.clone());
                 async move {
                     let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-                    recorder.lock().push(Recorded { path: uri.path().to_string(), headers, body });
+                    recorder.lock().push(Recorded {
+                        path: uri.path().to_string(),
+                        headers,
+                        body,
+                    });
                     respond(reply, dropped)
                 }
             });
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind loopback");
             let addr = listener.local_addr().expect("local addr");
             let server = tokio::spawn(async move {
                 let _ = axum::serve(listener, app).await;
             });
-            ReplayServer { base: format!("http://{addr}"), requests, body_dropped, _server: server }
+            ReplayServer {
+                base: format!("http://{addr}"),
+                requests,
+                body_dropped,
+                _server: server,
+            }
         }
 
         /// Resolves once the server saw the response body dropped (the client went away).
@@ -294,7 +307,9 @@ pub(crate) mod replay {
         let mut response = Response::new(Body::from_stream(stream));
         *response.status_mut() = StatusCode::from_u16(reply.status).expect("valid test status");
         for (name, value) in reply.headers {
-            response.headers_mut().insert(name, value.parse().expect("valid test header"));
+            response
+                .headers_mut()
+                .insert(name, value.parse().expect("valid test header"));
         }
         response
     }

@@ -1,1 +1,11 @@
-//! placeholder
+//! Client-facing transports (placeholder until the dialects land).
+
+pub mod ops;
+
+use axum::Router;
+
+use crate::server::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+}

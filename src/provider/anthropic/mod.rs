@@ -1,1 +1,173 @@
-//! placeholder
+//! The Anthropic Messages adapter: POSTs a streaming request to `{base_url}/v1/messages` and
+//! turns the SSE answer into `Delta`s.
+
+mod request;
+mod stream;
+mod types;
+
+use std::fmt;
+
+use futures::future::BoxFuture;
+use reqwest::header::{HeaderValue, ACCEPT};
+
+pub use request::DEFAULT_MAX_TOKENS;
+
+use crate::provider::{
+    classify_response, classify_transport, drive, DeltaStream, ErrorClass, Provider, ProviderError, UpstreamRequest,
+};
+
+/// The API version this adapter speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+pub struct AnthropicProvider {
+    /// The host root, e.g. `https://api.anthropic.com`.
+    base_url: String,
+    /// The upstream's model id.
+    model: String,
+    api_key: Option<String>,
+    client: reqwest::Client,
+}
+
+impl AnthropicProvider {
+    pub fn new(base_url: String, model: String, api_key: Option<String>, client: reqwest::Client) -> Self {
+        let base_url = base_url.trim_end_matches('/').to_string();
+        AnthropicProvider {
+            base_url,
+            model,
+            api_key,
+            client,
+        }
+    }
+}
+
+impl fmt::Debug for AnthropicProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnthropicProvider")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Provider for AnthropicProvider {
+    fn open(&self, req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
+        let body = match request::build_body(&req, &self.model) {
+            Ok(body) => body,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let mut builder = self
+            .client
+            .post(format!("{}/v1/messages", self.base_url))
+            .header(ACCEPT, "text/event-stream")
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .header("x-request-id", req.request_id.as_str())
+            .json(&body);
+        if let Some(key) = &self.api_key {
+            match HeaderValue::from_str(key) {
+                Ok(mut value) => {
+                    value.set_sensitive(true);
+                    builder = builder.header("x-api-key", value);
+                }
+                Err(_) => {
+                    let error = ProviderError::new(ErrorClass::Auth, "the route's api key is not a valid header value");
+                    return Box::pin(async move { Err(error) });
+                }
+            }
+        }
+        Box::pin(async move {
+            let response = builder.send().await.map_err(|e| classify_transport(&e))?;
+            if !response.status().is_success() {
+                return Err(classify_response(response).await);
+            }
+            Ok(drive(response.bytes_stream(), stream::EventDecoder::default()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::provider::replay::{ReplayServer, Reply};
+    use crate::provider::{http_client, Delta};
+    use crate::types::{ChatRequest, FinishReason, Message, Role};
+
+    const TOOL_USE: &str = include_str!("../../../tests/fixtures/anthropic/tool_use.sse");
+
+    fn request() -> UpstreamRequest {
+        let chat = ChatRequest {
+            model: "chat".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            ..ChatRequest::default()
+        };
+        UpstreamRequest {
+            chat: Arc::new(chat),
+            prefill: None,
+            request_id: "req-7".into(),
+        }
+    }
+
+    fn provider(server: &ReplayServer) -> AnthropicProvider {
+        AnthropicProvider::new(
+            server.base.clone(),
+            "claude-x".into(),
+            Some("sk-ant".into()),
+            http_client(),
+        )
+    }
+
+    #[tokio::test]
+    async fn streams_a_fixture_over_http_with_the_right_request() {
+        let server = ReplayServer::start(Reply::sse(TOOL_USE)).await;
+        let stream = provider(&server).open(request()).await.expect("stream opens");
+        let out: Vec<_> = stream.collect().await;
+        assert!(out.contains(&Ok(Delta::ToolEnd { index: 1 })), "{out:?}");
+        assert!(out.contains(&Ok(Delta::Finish(FinishReason::ToolCalls))));
+        let recorded = server.requests.lock().clone();
+        let seen = &recorded[0];
+        assert_eq!(seen.path, "/v1/messages");
+        assert_eq!(seen.headers["x-api-key"], "sk-ant");
+        assert_eq!(seen.headers["anthropic-version"], ANTHROPIC_VERSION);
+        assert_eq!(seen.headers["x-request-id"], "req-7");
+        assert_eq!(seen.body["model"], "claude-x");
+        assert_eq!(seen.body["max_tokens"], DEFAULT_MAX_TOKENS);
+    }
+
+    #[tokio::test]
+    async fn overloaded_529_at_open_is_unavailable_with_retry_after() {
+        let body =
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_1"}"#;
+        let server = ReplayServer::start(Reply::error(529, &[("retry-after", "4")], body)).await;
+        let e = provider(&server)
+            .open(request())
+            .await
+            .err()
+            .expect("529 does not open");
+        assert_eq!((e.class, e.status), (ErrorClass::Unavailable, Some(529)));
+        assert_eq!(e.retry_after, Some(Duration::from_secs(4)));
+        assert_eq!(e.message, "Overloaded");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_stream_closes_the_upstream_connection() {
+        let head = TOOL_USE
+            .split("event: content_block_stop")
+            .next()
+            .unwrap_or("")
+            .to_string();
+        let mut reply = Reply::sse(&head);
+        reply.hold_open = true;
+        let server = ReplayServer::start(reply).await;
+        let mut stream = provider(&server).open(request()).await.expect("stream opens");
+        assert_eq!(stream.next().await, Some(Ok(Delta::Text("I".into()))));
+        drop(stream);
+        tokio::time::timeout(Duration::from_secs(10), server.body_dropped())
+            .await
+            .expect("the server sees the connection close once the stream is dropped");
+    }
+}

@@ -1,1 +1,210 @@
-//! placeholder
+//! The OpenAI Chat Completions adapter (also any OpenAI-compatible server): POSTs a
+//! streaming request to `{base_url}/chat/completions` and turns the SSE answer into `Delta`s.
+
+mod request;
+mod stream;
+mod types;
+
+use std::fmt;
+
+use futures::future::BoxFuture;
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION};
+
+pub use request::CONTINUE_PROMPT;
+
+use crate::provider::{
+    classify_response, classify_transport, drive, DeltaStream, ErrorClass, Provider, ProviderError, UpstreamRequest,
+};
+
+pub struct OpenAiProvider {
+    /// Includes the version prefix, e.g. `https://api.openai.com/v1`.
+    base_url: String,
+    /// The upstream's model id.
+    model: String,
+    api_key: Option<String>,
+    client: reqwest::Client,
+}
+
+impl OpenAiProvider {
+    pub fn new(base_url: String, model: String, api_key: Option<String>, client: reqwest::Client) -> Self {
+        let base_url = base_url.trim_end_matches('/').to_string();
+        OpenAiProvider {
+            base_url,
+            model,
+            api_key,
+            client,
+        }
+    }
+}
+
+impl fmt::Debug for OpenAiProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiProvider")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn open(&self, req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
+        let body = request::build_body(&req, &self.model);
+        let mut builder = self
+            .client
+            .post(format!("{}/chat/completions", self.base_url))
+            .header(ACCEPT, "text/event-stream")
+            .header("x-request-id", req.request_id.as_str())
+            .json(&body);
+        if let Some(key) = &self.api_key {
+            match HeaderValue::from_str(&format!("Bearer {key}")) {
+                Ok(mut value) => {
+                    value.set_sensitive(true);
+                    builder = builder.header(AUTHORIZATION, value);
+                }
+                Err(_) => {
+                    let error = ProviderError::new(ErrorClass::Auth, "the route's api key is not a valid header value");
+                    return Box::pin(async move { Err(error) });
+                }
+            }
+        }
+        Box::pin(async move {
+            let response = builder.send().await.map_err(|e| classify_transport(&e))?;
+            if !response.status().is_success() {
+                return Err(classify_response(response).await);
+            }
+            Ok(drive(response.bytes_stream(), stream::ChunkDecoder::default()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::provider::replay::{ReplayServer, Reply};
+    use crate::provider::{http_client, Delta};
+    use crate::types::{ChatRequest, FinishReason, Message, Role};
+
+    const TEXT: &str = include_str!("../../../tests/fixtures/openai/text.sse");
+
+    fn request() -> UpstreamRequest {
+        let chat = ChatRequest {
+            model: "chat".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            ..ChatRequest::default()
+        };
+        UpstreamRequest {
+            chat: Arc::new(chat),
+            prefill: None,
+            request_id: "req-42".into(),
+        }
+    }
+
+    fn provider(server: &ReplayServer, key: Option<&str>) -> OpenAiProvider {
+        OpenAiProvider::new(
+            format!("{}/v1/", server.base),
+            "gpt-4o-mini".into(),
+            key.map(str::to_string),
+            http_client(),
+        )
+    }
+
+    async fn open_err(reply: Reply) -> ProviderError {
+        let server = ReplayServer::start(reply).await;
+        match provider(&server, Some("sk-test")).open(request()).await {
+            Ok(_) => panic!("a non-2xx answer must not open a stream"),
+            Err(e) => e,
+        }
+    }
+
+    #[tokio::test]
+    async fn streams_a_fixture_over_http_with_the_right_request() {
+        let server = ReplayServer::start(Reply::sse(TEXT)).await;
+        let stream = provider(&server, Some("sk-test"))
+            .open(request())
+            .await
+            .expect("stream opens");
+        let out: Vec<_> = stream.collect().await;
+        assert_eq!(out.first(), Some(&Ok(Delta::Text("I'm".into()))));
+        assert!(out.contains(&Ok(Delta::Finish(FinishReason::Stop))), "{out:?}");
+        let recorded = server.requests.lock().clone();
+        assert_eq!(recorded.len(), 1);
+        let seen = &recorded[0];
+        assert_eq!(seen.path, "/v1/chat/completions");
+        assert_eq!(seen.headers["authorization"], "Bearer sk-test");
+        assert_eq!(seen.headers["x-request-id"], "req-42");
+        assert_eq!(seen.headers["accept"], "text/event-stream");
+        assert_eq!(seen.body["model"], "gpt-4o-mini");
+        assert_eq!(seen.body["stream"], true);
+    }
+
+    #[tokio::test]
+    async fn no_key_means_no_authorization_header() {
+        let server = ReplayServer::start(Reply::sse(TEXT)).await;
+        let stream = provider(&server, None).open(request()).await.expect("stream opens");
+        drop(stream);
+        let recorded = server.requests.lock().clone();
+        assert!(
+            recorded[0].headers.get("authorization").is_none(),
+            "keyless local servers get no header"
+        );
+    }
+
+    #[tokio::test]
+    async fn rate_limit_at_open_carries_retry_after() {
+        let body = r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
+        let e = open_err(Reply::error(429, &[("retry-after", "3")], body)).await;
+        assert_eq!((e.class, e.status), (ErrorClass::RateLimited, Some(429)));
+        assert_eq!(e.retry_after, Some(Duration::from_secs(3)));
+        assert_eq!(e.message, "Rate limit reached");
+        let e = open_err(Reply::error(
+            429,
+            &[("retry-after-ms", "1500"), ("retry-after", "9")],
+            body,
+        ))
+        .await;
+        assert_eq!(e.retry_after, Some(Duration::from_millis(1500)), "retry-after-ms first");
+    }
+
+    #[tokio::test]
+    async fn auth_and_server_errors_at_open_are_classified() {
+        let e = open_err(Reply::error(
+            401,
+            &[],
+            r#"{"error":{"message":"Incorrect API key provided"}}"#,
+        ))
+        .await;
+        assert_eq!(e.class, ErrorClass::Auth);
+        let e = open_err(Reply::error(503, &[], "upstream connect error")).await;
+        assert_eq!(e.class, ErrorClass::Unavailable);
+        assert_eq!(e.message, "upstream connect error", "non-JSON bodies are used as text");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_stream_closes_the_upstream_connection() {
+        let mut reply = Reply::sse("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n");
+        reply.hold_open = true;
+        let server = ReplayServer::start(reply).await;
+        let mut stream = provider(&server, None).open(request()).await.expect("stream opens");
+        assert_eq!(stream.next().await, Some(Ok(Delta::Text("a".into()))));
+        drop(stream);
+        tokio::time::timeout(Duration::from_secs(10), server.body_dropped())
+            .await
+            .expect("the server sees the connection close once the stream is dropped");
+    }
+
+    #[tokio::test]
+    async fn unreachable_upstream_is_unavailable() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let base = format!("http://{}/v1", listener.local_addr().expect("addr"));
+        drop(listener);
+        let provider = OpenAiProvider::new(base, "m".into(), None, http_client());
+        let e = provider.open(request()).await.err().expect("nothing listens");
+        assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
+    }
+}

@@ -1,0 +1,320 @@
+//! `ChatRequest` -> Anthropic Messages request body (always streaming).
+//!
+//! What does not map: `seed`, `presence_penalty` and `frequency_penalty` do not exist in the
+//! Messages API and are dropped; so is `response_format` (Anthropic has no JSON mode here;
+//! structured answers are still validated downstream).
+
+use serde_json::{json, Map, Value};
+
+use super::types::{Block, ImageSource, MessagesBody, WireMessage, WireTool};
+use crate::provider::{ErrorClass, ProviderError, UpstreamRequest};
+use crate::types::{ContentPart, Message, Role, ToolChoice};
+
+/// `max_tokens` is required by the Messages API; this is used when the client set none.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// Builds the body for `model` (the route's upstream model id). Fails only on a
+/// conversation Anthropic cannot express (a tool result without its call id, tool-call
+/// arguments that are not JSON).
+pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, ProviderError> {
+    let chat = &req.chat;
+    let system: Vec<String> = chat
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::System)
+        .map(Message::joined_text)
+        .filter(|t| !t.is_empty())
+        .collect();
+    let mut messages: Vec<WireMessage> = Vec::new();
+    for message in chat.messages.iter().filter(|m| m.role != Role::System) {
+        let (role, blocks) = wire_message(message)?;
+        push_merged(&mut messages, role, blocks);
+    }
+    if let Some(partial) = req.prefill.as_deref().map(str::trim_end).filter(|p| !p.is_empty()) {
+        // The API continues a final assistant message, and rejects one ending in whitespace.
+        push_merged(
+            &mut messages,
+            "assistant",
+            vec![Block::Text {
+                text: partial.to_string(),
+            }],
+        );
+    }
+    let tools: Vec<WireTool> = chat
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            input_schema: t.parameters.clone(),
+        })
+        .collect();
+    let tool_choice = chat
+        .tool_choice
+        .as_ref()
+        .filter(|_| !tools.is_empty())
+        .map(|choice| match choice {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        });
+    Ok(MessagesBody {
+        model: model.to_string(),
+        max_tokens: chat.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        system: (!system.is_empty()).then(|| system.join("\n\n")),
+        messages,
+        tools,
+        tool_choice,
+        stop_sequences: chat.sampling.stop.clone(),
+        temperature: chat.sampling.temperature,
+        top_p: chat.sampling.top_p,
+        stream: true,
+    })
+}
+
+/// Consecutive messages of one role become one message: tool results answering parallel
+/// calls must share a single user turn.
+fn push_merged(messages: &mut Vec<WireMessage>, role: &'static str, blocks: Vec<Block>) {
+    if blocks.is_empty() {
+        return; // the API rejects empty turns
+    }
+    match messages.last_mut() {
+        Some(last) if last.role == role => last.content.extend(blocks),
+        _ => messages.push(WireMessage { role, content: blocks }),
+    }
+}
+
+fn wire_message(message: &Message) -> Result<(&'static str, Vec<Block>), ProviderError> {
+    if message.role == Role::Tool {
+        let Some(id) = message.tool_call_id.clone() else {
+            return Err(bad_request("a tool result has no tool_call_id"));
+        };
+        return Ok((
+            "user",
+            vec![Block::ToolResult {
+                tool_use_id: id,
+                content: message.joined_text(),
+            }],
+        ));
+    }
+    let mut blocks: Vec<Block> = message
+        .content
+        .iter()
+        .filter_map(|part| match part {
+            // The API rejects empty text blocks.
+            ContentPart::Text(text) if text.is_empty() => None,
+            ContentPart::Text(text) => Some(Block::Text { text: text.clone() }),
+            ContentPart::ImageUrl { url } => Some(Block::Image {
+                source: image_source(url),
+            }),
+        })
+        .collect();
+    for call in &message.tool_calls {
+        let input = if call.arguments.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            serde_json::from_str(&call.arguments)
+                .map_err(|_| bad_request(&format!("tool call {} has arguments that are not JSON", call.id)))?
+        };
+        blocks.push(Block::ToolUse {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            input,
+        });
+    }
+    let role = if message.role == Role::Assistant {
+        "assistant"
+    } else {
+        "user"
+    };
+    Ok((role, blocks))
+}
+
+/// `data:<media type>;base64,<data>` becomes an inline image; anything else a URL image.
+fn image_source(url: &str) -> ImageSource {
+    let inline = url
+        .strip_prefix("data:")
+        .and_then(|rest| rest.split_once(','))
+        .and_then(|(meta, data)| Some((meta.strip_suffix(";base64")?, data)));
+    match inline {
+        Some((media_type, data)) => ImageSource::Base64 {
+            media_type: media_type.to_string(),
+            data: data.to_string(),
+        },
+        None => ImageSource::Url { url: url.to_string() },
+    }
+}
+
+fn bad_request(message: &str) -> ProviderError {
+    ProviderError::new(ErrorClass::BadRequest, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::types::{ChatRequest, Sampling, ToolCall, ToolSpec};
+
+    fn upstream(chat: ChatRequest, prefill: Option<&str>) -> UpstreamRequest {
+        UpstreamRequest {
+            chat: Arc::new(chat),
+            prefill: prefill.map(str::to_string),
+            request_id: "r".into(),
+        }
+    }
+
+    fn body_json(req: &UpstreamRequest) -> Value {
+        let body = build_body(req, "claude-x").unwrap_or_else(|e| panic!("body builds: {e}"));
+        serde_json::to_value(body).unwrap_or_default()
+    }
+
+    fn tool_result(id: &str, text: &str) -> Message {
+        let mut m = Message::text(Role::Tool, text);
+        m.tool_call_id = Some(id.into());
+        m
+    }
+
+    fn conversation() -> ChatRequest {
+        let mut assistant = Message::text(Role::Assistant, "Checking.");
+        for (i, id) in ["t1", "t2"].iter().enumerate() {
+            assistant.tool_calls.push(ToolCall {
+                index: i as u32,
+                id: (*id).into(),
+                name: "w".into(),
+                arguments: r#"{"c":"P"}"#.into(),
+            });
+        }
+        let mut user = Message::text(Role::User, "Weather?");
+        user.content.push(ContentPart::ImageUrl {
+            url: "data:image/png;base64,iVBORw0".into(),
+        });
+        user.content.push(ContentPart::ImageUrl {
+            url: "https://example.com/b.jpg".into(),
+        });
+        ChatRequest {
+            messages: vec![
+                Message::text(Role::System, "Be brief."),
+                Message::text(Role::System, "Use metric."),
+                user,
+                assistant,
+                tool_result("t1", "18C"),
+                tool_result("t2", "19C"),
+            ],
+            tools: vec![ToolSpec {
+                name: "w".into(),
+                description: None,
+                parameters: json!({"type": "object"}),
+            }],
+            tool_choice: Some(ToolChoice::Required),
+            sampling: Sampling {
+                temperature: Some(0.3),
+                top_p: Some(0.9),
+                stop: vec!["END".into()],
+                seed: Some(1),
+                presence_penalty: Some(0.1),
+                frequency_penalty: Some(0.1),
+            },
+            ..ChatRequest::default()
+        }
+    }
+
+    #[test]
+    fn system_is_joined_and_max_tokens_defaults() {
+        let body = body_json(&upstream(conversation(), None));
+        assert_eq!(body["model"], "claude-x");
+        assert_eq!(body["system"], "Be brief.\n\nUse metric.");
+        assert_eq!(
+            body["max_tokens"], DEFAULT_MAX_TOKENS,
+            "max_tokens is required upstream"
+        );
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stop_sequences"], json!(["END"]));
+        assert_eq!(
+            (body["temperature"].clone(), body["top_p"].clone()),
+            (json!(0.3), json!(0.9))
+        );
+        for dropped in ["seed", "presence_penalty", "frequency_penalty", "response_format"] {
+            assert!(
+                body.get(dropped).is_none(),
+                "{dropped} does not exist in the Messages API"
+            );
+        }
+    }
+
+    #[test]
+    fn images_tool_use_and_merged_tool_results() {
+        let body = body_json(&upstream(conversation(), None));
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        assert_eq!(
+            messages.len(),
+            3,
+            "user, assistant, one user turn of tool results: {messages:?}"
+        );
+        assert_eq!(
+            messages[0]["content"][1],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0"}})
+        );
+        assert_eq!(
+            messages[0]["content"][2],
+            json!({"type": "image", "source": {"type": "url", "url": "https://example.com/b.jpg"}})
+        );
+        assert_eq!(messages[1]["content"][0], json!({"type": "text", "text": "Checking."}));
+        assert_eq!(
+            messages[1]["content"][1],
+            json!({"type": "tool_use", "id": "t1", "name": "w", "input": {"c": "P"}})
+        );
+        assert_eq!(
+            messages[2],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "18C"},
+                {"type": "tool_result", "tool_use_id": "t2", "content": "19C"}
+            ]})
+        );
+    }
+
+    #[test]
+    fn tools_and_tool_choice_use_anthropic_shapes() {
+        let body = body_json(&upstream(conversation(), None));
+        assert_eq!(
+            body["tools"],
+            json!([{"name": "w", "input_schema": {"type": "object"}}])
+        );
+        assert_eq!(body["tool_choice"], json!({"type": "any"}), "required maps to any");
+        let mut chat = conversation();
+        for (choice, want) in [
+            (ToolChoice::Auto, json!({"type": "auto"})),
+            (ToolChoice::None, json!({"type": "none"})),
+            (ToolChoice::Tool("w".into()), json!({"type": "tool", "name": "w"})),
+        ] {
+            chat.tool_choice = Some(choice);
+            assert_eq!(body_json(&upstream(chat.clone(), None))["tool_choice"], want);
+        }
+    }
+
+    #[test]
+    fn prefill_is_a_final_assistant_message_without_trailing_whitespace() {
+        let chat = ChatRequest {
+            messages: vec![Message::text(Role::User, "Count")],
+            ..ChatRequest::default()
+        };
+        let body = body_json(&upstream(chat, Some("1, 2, \n")));
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": [{"type": "text", "text": "1, 2,"}]})
+        );
+    }
+
+    #[test]
+    fn unexpressible_conversations_are_bad_requests() {
+        let mut orphan = Message::text(Role::Tool, "x");
+        orphan.tool_call_id = None;
+        let chat = ChatRequest {
+            messages: vec![orphan],
+            ..ChatRequest::default()
+        };
+        let err = build_body(&upstream(chat, None), "m").err().map(|e| e.class);
+        assert_eq!(err, Some(ErrorClass::BadRequest));
+    }
+}

@@ -1,0 +1,429 @@
+//! Anthropic Messages SSE events -> `Delta`s.
+//!
+//! Dispatch is on the `event:` line, as the official SDKs do (T13), falling back to the data's
+//! `type`. Text deltas become `Text` (empty ones never, T12); a `tool_use` block becomes a
+//! first `ToolFragment` carrying id and name, one fragment per `input_json_delta`, and a
+//! `ToolEnd` at its `content_block_stop` (T6); thinking, signature and citation deltas are not
+//! answer content and are skipped. Usage is cumulative (T9): input from `message_start`,
+//! the last `message_delta` count wins. `message_stop` ends the stream; `stop_reason` alone
+//! is enough if the body ends after it. `event: error` is an in-band failure (T10).
+
+use std::collections::BTreeSet;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::types::{EventData, WireUsage};
+use crate::provider::sse::SseEvent;
+use crate::provider::{classify_in_band, Delta, ErrorClass, Progress, ProviderError, ToolFragment, WireDecoder};
+use crate::types::{FinishReason, Usage};
+
+#[derive(Debug, Default)]
+pub(crate) struct EventDecoder {
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    /// Indices of open `tool_use` blocks; other blocks' JSON deltas (server tools) are not ours.
+    tool_blocks: BTreeSet<u32>,
+}
+
+impl WireDecoder for EventDecoder {
+    fn on_event(&mut self, event: SseEvent, out: &mut Vec<Delta>) -> Result<Progress, ProviderError> {
+        let value: Value =
+            serde_json::from_str(&event.data).map_err(|e| protocol(format!("upstream sent a malformed event: {e}")))?;
+        let name = match event.event {
+            Some(name) => name,
+            None => value
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        };
+        if name == "error" {
+            return Err(classify_in_band(&value));
+        }
+        let data = EventData::deserialize(&value)
+            .map_err(|e| protocol(format!("upstream sent a malformed {name} event: {e}")))?;
+        match name.as_str() {
+            "message_start" => {
+                if let Some(usage) = data.message.and_then(|m| m.usage) {
+                    self.record_usage(&usage);
+                }
+            }
+            "content_block_start" if self.finish.is_none() => self.on_block_start(data, out)?,
+            "content_block_delta" if self.finish.is_none() => self.on_block_delta(data, out)?,
+            "content_block_stop" => {
+                if let Some(index) = data.index.filter(|i| self.tool_blocks.remove(i)) {
+                    out.push(Delta::ToolEnd { index });
+                }
+            }
+            "message_delta" => {
+                if let Some(usage) = &data.usage {
+                    self.record_usage(usage);
+                }
+                let stop_reason = data.delta.and_then(|d| d.stop_reason);
+                if let (None, Some(reason)) = (self.finish, stop_reason) {
+                    self.finish(stop_reason_of(&reason), out);
+                }
+            }
+            "message_stop" => {
+                if self.finish.is_none() {
+                    self.finish(FinishReason::Stop, out);
+                }
+                self.flush_usage(out);
+                return Ok(Progress::End);
+            }
+            // `ping`, and event types added after this was written.
+            _ => {}
+        }
+        Ok(Progress::More)
+    }
+
+    fn finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    fn on_end(&mut self, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
+        if self.finish.is_none() {
+            return Err(protocol("upstream stream ended before message_stop".to_string()));
+        }
+        self.flush_usage(out);
+        Ok(())
+    }
+}
+
+impl EventDecoder {
+    fn on_block_start(&mut self, data: EventData, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
+        let Some(block) = data.content_block else {
+            return Ok(());
+        };
+        match block.kind.as_str() {
+            "tool_use" => {
+                let index = data
+                    .index
+                    .ok_or_else(|| protocol("tool_use block without an index".to_string()))?;
+                self.tool_blocks.insert(index);
+                out.push(Delta::ToolFragment(ToolFragment {
+                    index,
+                    id: block.id,
+                    name: block.name,
+                    arguments: String::new(),
+                }));
+            }
+            "text" => {
+                if let Some(text) = block.text.filter(|t| !t.is_empty()) {
+                    out.push(Delta::Text(text));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_block_delta(&mut self, data: EventData, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
+        let Some(delta) = data.delta else {
+            return Ok(());
+        };
+        match delta.kind.as_deref() {
+            Some("text_delta") => {
+                if let Some(text) = delta.text.filter(|t| !t.is_empty()) {
+                    out.push(Delta::Text(text));
+                }
+            }
+            Some("input_json_delta") => {
+                let Some(index) = data.index.filter(|i| self.tool_blocks.contains(i)) else {
+                    return Ok(()); // a server tool's input: executed upstream, not a call for the client
+                };
+                if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
+                    out.push(Delta::ToolFragment(ToolFragment {
+                        index,
+                        id: None,
+                        name: None,
+                        arguments: json,
+                    }));
+                }
+            }
+            // thinking_delta, signature_delta, citations_delta: not answer content.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, reason: FinishReason, out: &mut Vec<Delta>) {
+        self.finish = Some(reason);
+        out.push(Delta::Finish(reason));
+    }
+
+    /// Counts are cumulative: overwrite, never add (T9).
+    fn record_usage(&mut self, usage: &WireUsage) {
+        let current = self.usage.get_or_insert_with(Usage::default);
+        let input_parts = [
+            usage.input_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        ];
+        if input_parts.iter().any(Option::is_some) {
+            current.input_tokens = input_parts.iter().flatten().sum();
+        }
+        if let Some(output) = usage.output_tokens {
+            current.output_tokens = output;
+        }
+    }
+
+    fn flush_usage(&mut self, out: &mut Vec<Delta>) {
+        if let Some(usage) = self.usage.take() {
+            out.push(Delta::Usage(usage));
+        }
+    }
+}
+
+fn stop_reason_of(reason: &str) -> FinishReason {
+    match reason {
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "tool_use" => FinishReason::ToolCalls,
+        "refusal" => FinishReason::Refusal,
+        // end_turn, stop_sequence, pause_turn, and reasons added later.
+        _ => FinishReason::Stop,
+    }
+}
+
+fn protocol(message: String) -> ProviderError {
+    ProviderError::new(ErrorClass::Protocol, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use futures::StreamExt;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::provider::drive;
+
+    const TEXT: &str = include_str!("../../../tests/fixtures/anthropic/text.sse");
+    const TEXT_DOCS: &str = include_str!("../../../tests/fixtures/anthropic/text_docs.sse");
+    const TOOL_USE: &str = include_str!("../../../tests/fixtures/anthropic/tool_use.sse");
+    const TOOL_USE_DOCS: &str = include_str!("../../../tests/fixtures/anthropic/tool_use_docs.sse");
+    const THINKING: &str = include_str!("../../../tests/fixtures/anthropic/thinking.sse");
+    const REFUSAL: &str = include_str!("../../../tests/fixtures/anthropic/refusal.sse");
+    const ERROR: &str = include_str!("../../../tests/fixtures/anthropic/error.sse");
+    const INCOMPLETE: &str = include_str!("../../../tests/fixtures/anthropic/incomplete_partial_json.sse");
+
+    type Out = Vec<Result<Delta, ProviderError>>;
+
+    async fn replay_chunks(chunks: Vec<Vec<u8>>) -> Out {
+        let body = futures::stream::iter(chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c))));
+        drive(body, EventDecoder::default()).collect().await
+    }
+
+    async fn replay(text: &str) -> Out {
+        replay_chunks(vec![text.as_bytes().to_vec()]).await
+    }
+
+    fn text(s: &str) -> Result<Delta, ProviderError> {
+        Ok(Delta::Text(s.to_string()))
+    }
+
+    fn usage(input: u32, output: u32) -> Result<Delta, ProviderError> {
+        Ok(Delta::Usage(Usage {
+            input_tokens: input,
+            output_tokens: output,
+        }))
+    }
+
+    fn fragment(index: u32, args: &str) -> Result<Delta, ProviderError> {
+        Ok(Delta::ToolFragment(ToolFragment {
+            index,
+            id: None,
+            name: None,
+            arguments: args.to_string(),
+        }))
+    }
+
+    fn error_class(out: &Out) -> Option<ErrorClass> {
+        out.last().and_then(|r| r.as_ref().err()).map(|e| e.class)
+    }
+
+    fn tool_use_expected() -> Out {
+        vec![
+            text("I"),
+            text("'ll check the current weather in Paris for you."),
+            Ok(Delta::ToolFragment(ToolFragment {
+                index: 1,
+                id: Some("toolu_01NRLabsLyVHZPKxbKvkfSMn".into()),
+                name: Some("get_weather".into()),
+                arguments: String::new(),
+            })),
+            fragment(1, "{\"locati"),
+            fragment(1, "on\": \"P"),
+            fragment(1, "ar"),
+            fragment(1, "is\"}"),
+            Ok(Delta::ToolEnd { index: 1 }),
+            Ok(Delta::Finish(FinishReason::ToolCalls)),
+            usage(377, 65),
+        ]
+    }
+
+    #[tokio::test]
+    async fn text_fixtures_yield_text_finish_and_usage() {
+        let out = replay(TEXT).await;
+        assert_eq!(
+            out,
+            vec![
+                text("Hello"),
+                text(" there"),
+                text("!"),
+                Ok(Delta::Finish(FinishReason::Stop)),
+                usage(11, 6)
+            ],
+            "empty block start and ping produce nothing (T12); usage is the last count (T9)"
+        );
+        let docs = replay(TEXT_DOCS).await;
+        assert_eq!(
+            docs,
+            vec![
+                text("Hello"),
+                text("!"),
+                Ok(Delta::Finish(FinishReason::Stop)),
+                usage(25, 15)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn tool_use_fixture_yields_fragments_and_a_tool_end() {
+        assert_eq!(replay(TOOL_USE).await, tool_use_expected());
+        let docs = replay(TOOL_USE_DOCS).await;
+        let args: String = docs
+            .iter()
+            .filter_map(|d| match d {
+                Ok(Delta::ToolFragment(f)) => Some(f.arguments.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(args, r#"{"location": "San Francisco, CA"}"#);
+        assert!(docs.contains(&Ok(Delta::ToolEnd { index: 1 })));
+    }
+
+    #[tokio::test]
+    async fn thinking_is_not_content() {
+        let out = replay(THINKING).await;
+        assert_eq!(
+            out,
+            vec![
+                text("The greatest common divisor of 1071 and 462 is **21**."),
+                Ok(Delta::Finish(FinishReason::Stop))
+            ],
+            "thinking and signature deltas are skipped; no usage in this docs example"
+        );
+    }
+
+    #[tokio::test]
+    async fn refusal_finishes_as_refusal_without_text() {
+        assert_eq!(
+            replay(REFUSAL).await,
+            vec![Ok(Delta::Finish(FinishReason::Refusal)), usage(20, 0)]
+        );
+    }
+
+    #[tokio::test]
+    async fn truncated_tool_call_has_no_tool_end_and_finishes_with_length() {
+        let out = replay(INCOMPLETE).await;
+        assert!(
+            !out.iter().any(|d| matches!(d, Ok(Delta::ToolEnd { .. }))),
+            "T7: no content_block_stop for the tool"
+        );
+        assert_eq!(out[out.len() - 2], Ok(Delta::Finish(FinishReason::Length)));
+        assert_eq!(out[out.len() - 1], usage(450, 124));
+    }
+
+    #[tokio::test]
+    async fn error_event_is_classified_unavailable() {
+        let out = replay(&format!(
+            "{}{}",
+            TEXT.split("event: content_block_stop").next().unwrap_or(""),
+            ERROR
+        ))
+        .await;
+        assert_eq!(out[0], text("Hello"));
+        assert_eq!(
+            error_class(&out),
+            Some(ErrorClass::Unavailable),
+            "overloaded_error, T10: {out:?}"
+        );
+        let rate = replay(
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"x\"}}\n\n",
+        )
+        .await;
+        assert_eq!(error_class(&rate), Some(ErrorClass::RateLimited));
+    }
+
+    #[tokio::test]
+    async fn eof_before_message_stop_is_a_protocol_error_unless_stop_reason_arrived() {
+        let cut = TEXT.split("event: message_delta").next().unwrap_or("");
+        let out = replay(cut).await;
+        assert_eq!(error_class(&out), Some(ErrorClass::Protocol), "T11");
+        let cut = TEXT.split("event: message_stop").next().unwrap_or("");
+        let out = replay(cut).await;
+        assert_eq!(out.last(), Some(&usage(11, 6)), "stop_reason then EOF is a normal end");
+    }
+
+    #[tokio::test]
+    async fn dispatch_follows_the_event_line_then_the_data_type() {
+        let without_event_lines: String = TEXT
+            .lines()
+            .filter(|l| !l.starts_with("event:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            replay(&without_event_lines).await,
+            replay(TEXT).await,
+            "data.type fallback"
+        );
+        let mislabeled = "event: ping\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n";
+        let out = replay(&format!(
+            "{mislabeled}event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+        ))
+        .await;
+        assert_eq!(
+            out,
+            vec![Ok(Delta::Finish(FinishReason::Stop))],
+            "the event line wins (T13)"
+        );
+    }
+
+    #[tokio::test]
+    async fn leading_bom_and_crlf_are_fine() {
+        let crlf = format!("\u{feff}{}", TOOL_USE.replace('\n', "\r\n"));
+        assert_eq!(replay(&crlf).await, tool_use_expected(), "T15 and CRLF");
+    }
+
+    #[tokio::test]
+    async fn tool_use_fixture_split_at_every_offset_yields_the_same_deltas() {
+        let bytes = TOOL_USE.as_bytes();
+        for cut in 0..=bytes.len() {
+            let out = replay_chunks(vec![bytes[..cut].to_vec(), bytes[cut..].to_vec()]).await;
+            assert_eq!(out, tool_use_expected(), "split at byte {cut}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn tool_use_fixture_in_arbitrary_chunks_yields_the_same_deltas(cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12)) {
+            let bytes = TOOL_USE.as_bytes();
+            let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+            points.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut start = 0;
+            for p in points {
+                chunks.push(bytes[start..p].to_vec());
+                start = p;
+            }
+            chunks.push(bytes[start..].to_vec());
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build();
+            let runtime = runtime.map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let out = runtime.block_on(replay_chunks(chunks));
+            prop_assert_eq!(out, tool_use_expected());
+        }
+    }
+}

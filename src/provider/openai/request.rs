@@ -1,0 +1,277 @@
+//! `ChatRequest` -> OpenAI Chat Completions request body (always streaming, always with usage).
+
+use serde_json::{json, Value};
+
+use super::types::{
+    ChatBody, ImageUrl, StreamOptions, WireContent, WireFunction, WireFunctionCall, WireMessage, WirePart, WireTool,
+    WireToolCall,
+};
+use crate::provider::UpstreamRequest;
+use crate::types::{ContentPart, Message, ResponseFormat, Role, ToolChoice};
+
+/// What the `continue` policy asks after replaying the partial answer.
+pub const CONTINUE_PROMPT: &str = "Continue exactly where your previous message stopped. Do not repeat any of it.";
+
+/// Builds the body for `model` (the route's upstream model id, not the client's name).
+pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
+    let chat = &req.chat;
+    let mut messages: Vec<WireMessage> = chat.messages.iter().map(wire_message).collect();
+    if let Some(partial) = req.prefill.as_deref() {
+        // OpenAI has no assistant prefill: replay the partial answer and ask for the rest.
+        messages.push(text_message("assistant", partial.to_string()));
+        messages.push(text_message("user", CONTINUE_PROMPT.to_string()));
+    }
+    let tools: Vec<WireTool> = chat
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            kind: "function",
+            function: WireFunction {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            },
+        })
+        .collect();
+    // OpenAI rejects `tool_choice` without `tools`.
+    let tool_choice = chat.tool_choice.as_ref().filter(|_| !tools.is_empty()).map(tool_choice);
+    let sampling = &chat.sampling;
+    ChatBody {
+        model: model.to_string(),
+        messages,
+        tools,
+        tool_choice,
+        response_format: chat.response_format.as_ref().map(response_format),
+        temperature: sampling.temperature,
+        top_p: sampling.top_p,
+        stop: sampling.stop.clone(),
+        seed: sampling.seed,
+        presence_penalty: sampling.presence_penalty,
+        frequency_penalty: sampling.frequency_penalty,
+        max_tokens: chat.max_tokens,
+        stream: true,
+        // Always: usage feeds cost accounting even when the client did not ask for it.
+        stream_options: StreamOptions { include_usage: true },
+    }
+}
+
+fn role(role: Role) -> &'static str {
+    match role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+fn text_message(role: &'static str, text: String) -> WireMessage {
+    WireMessage {
+        role,
+        content: Some(WireContent::Text(text)),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        name: None,
+    }
+}
+
+fn wire_message(message: &Message) -> WireMessage {
+    let tool_calls: Vec<WireToolCall> = message
+        .tool_calls
+        .iter()
+        .map(|c| WireToolCall {
+            id: c.id.clone(),
+            kind: "function",
+            function: WireFunctionCall {
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            },
+        })
+        .collect();
+    let content = if message.has_images() {
+        let parts = message
+            .content
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text(text) => WirePart::Text { text: text.clone() },
+                ContentPart::ImageUrl { url } => WirePart::ImageUrl {
+                    image_url: ImageUrl { url: url.clone() },
+                },
+            })
+            .collect();
+        Some(WireContent::Parts(parts))
+    } else {
+        let text = message.joined_text();
+        // An assistant turn that only called tools carries `content: null`.
+        (!text.is_empty() || tool_calls.is_empty()).then_some(WireContent::Text(text))
+    };
+    WireMessage {
+        role: role(message.role),
+        content,
+        tool_calls,
+        tool_call_id: message.tool_call_id.clone().filter(|_| message.role == Role::Tool),
+        // `name` is a participant name; tool messages identify themselves by tool_call_id.
+        name: message.name.clone().filter(|_| message.role != Role::Tool),
+    }
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+fn response_format(format: &ResponseFormat) -> Value {
+    match format {
+        ResponseFormat::Text => json!({"type": "text"}),
+        ResponseFormat::JsonObject => json!({"type": "json_object"}),
+        ResponseFormat::JsonSchema { name, schema, strict } => {
+            let mut spec = json!({"name": name, "schema": schema});
+            if let Some(strict) = strict {
+                spec["strict"] = json!(strict);
+            }
+            json!({"type": "json_schema", "json_schema": spec})
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::types::{ChatRequest, Sampling, ToolCall, ToolSpec};
+
+    fn upstream(chat: ChatRequest, prefill: Option<&str>) -> UpstreamRequest {
+        UpstreamRequest {
+            chat: Arc::new(chat),
+            prefill: prefill.map(str::to_string),
+            request_id: "req-1".into(),
+        }
+    }
+
+    fn body_json(req: &UpstreamRequest) -> Value {
+        serde_json::to_value(build_body(req, "gpt-4o-mini")).unwrap_or_default()
+    }
+
+    fn conversation() -> ChatRequest {
+        let mut assistant = Message::text(Role::Assistant, "");
+        assistant.tool_calls.push(ToolCall {
+            index: 0,
+            id: "call_1".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"city":"Paris"}"#.into(),
+        });
+        let mut tool = Message::text(Role::Tool, "18C");
+        tool.tool_call_id = Some("call_1".into());
+        let mut user = Message::text(Role::User, "Look:");
+        user.content.push(ContentPart::ImageUrl {
+            url: "https://example.com/a.png".into(),
+        });
+        ChatRequest {
+            model: "chat".into(),
+            messages: vec![Message::text(Role::System, "Be brief."), user, assistant, tool],
+            tools: vec![ToolSpec {
+                name: "get_weather".into(),
+                description: Some("Weather now".into()),
+                parameters: json!({"type": "object"}),
+            }],
+            tool_choice: Some(ToolChoice::Tool("get_weather".into())),
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "w".into(),
+                schema: json!({}),
+                strict: Some(true),
+            }),
+            sampling: Sampling {
+                temperature: Some(0.2),
+                top_p: None,
+                stop: vec!["END".into()],
+                seed: Some(7),
+                presence_penalty: None,
+                frequency_penalty: Some(0.5),
+            },
+            max_tokens: Some(100),
+            ..ChatRequest::default()
+        }
+    }
+
+    #[test]
+    fn body_carries_the_route_model_and_always_streams_with_usage() {
+        let body = body_json(&upstream(conversation(), None));
+        assert_eq!(
+            body["model"], "gpt-4o-mini",
+            "the route's upstream model, not the client's name"
+        );
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        assert_eq!(body["max_tokens"], 100);
+        assert_eq!(body["temperature"], 0.2);
+        assert_eq!(body["seed"], 7);
+        assert_eq!(body["frequency_penalty"], 0.5);
+        assert_eq!(body["stop"], json!(["END"]));
+        assert!(body.get("top_p").is_none(), "unset sampling params are omitted");
+    }
+
+    #[test]
+    fn messages_map_roles_images_tool_calls_and_results() {
+        let body = body_json(&upstream(conversation(), None));
+        let messages = &body["messages"];
+        assert_eq!(messages[0], json!({"role": "system", "content": "Be brief."}));
+        assert_eq!(
+            messages[1]["content"],
+            json!([{"type": "text", "text": "Look:"}, {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}])
+        );
+        assert_eq!(
+            messages[2]["content"],
+            Value::Null,
+            "tool-only assistant turn has null content"
+        );
+        assert_eq!(
+            messages[2]["tool_calls"],
+            json!([{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}])
+        );
+        assert_eq!(
+            messages[3],
+            json!({"role": "tool", "content": "18C", "tool_call_id": "call_1"})
+        );
+    }
+
+    #[test]
+    fn tools_tool_choice_and_response_format_use_openai_shapes() {
+        let body = body_json(&upstream(conversation(), None));
+        assert_eq!(
+            body["tools"],
+            json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather now", "parameters": {"type": "object"}}}])
+        );
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "function", "function": {"name": "get_weather"}})
+        );
+        assert_eq!(
+            body["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "w", "schema": {}, "strict": true}})
+        );
+        let mut no_tools = conversation();
+        no_tools.tools.clear();
+        let body = body_json(&upstream(no_tools, None));
+        assert!(
+            body.get("tool_choice").is_none() && body.get("tools").is_none(),
+            "no tool_choice without tools"
+        );
+    }
+
+    #[test]
+    fn prefill_replays_the_partial_answer_and_asks_to_continue() {
+        let chat = ChatRequest {
+            messages: vec![Message::text(Role::User, "Count")],
+            ..ChatRequest::default()
+        };
+        let body = body_json(&upstream(chat, Some("1, 2, ")));
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[1], json!({"role": "assistant", "content": "1, 2, "}));
+        assert_eq!(messages[2], json!({"role": "user", "content": CONTINUE_PROMPT}));
+    }
+}

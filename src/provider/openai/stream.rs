@@ -1,0 +1,446 @@
+//! OpenAI Chat Completions SSE events -> `Delta`s: the per-answer state machine of §1.15.
+//!
+//! Only choice 0 is read (we never ask for `n > 1`). Role-only and empty deltas are dropped
+//! (T12); empty, `null` or missing `choices` mean "no delta" (T8); tool-call fragments pass
+//! through raw, keyed by `index` (T1-T4), for the mux's assembler. The answer is over at
+//! `finish_reason`; the usage chunk and `[DONE]` that usually follow are optional, because
+//! many OpenAI-compatible servers never send `[DONE]`.
+
+use serde_json::json;
+
+use super::types::{ChoiceDelta, Chunk, FunctionDelta, ToolCallDelta, WireUsage};
+use crate::provider::sse::SseEvent;
+use crate::provider::{classify_in_band, Delta, ErrorClass, Progress, ProviderError, ToolFragment, WireDecoder};
+use crate::types::{FinishReason, Usage};
+
+#[derive(Debug, Default)]
+pub(crate) struct ChunkDecoder {
+    finish: Option<FinishReason>,
+    /// The latest usage seen (last one wins).
+    usage: Option<Usage>,
+    /// The answer streamed `refusal` text: its `stop` is a refusal.
+    refused: bool,
+    /// Index of the tool call the last fragment belonged to, for servers that omit `index`.
+    last_tool_index: Option<u32>,
+    next_tool_index: u32,
+}
+
+impl WireDecoder for ChunkDecoder {
+    fn on_event(&mut self, event: SseEvent, out: &mut Vec<Delta>) -> Result<Progress, ProviderError> {
+        let data = event.data.trim();
+        if data.starts_with("[DONE]") {
+            if self.finish.is_none() {
+                return Err(protocol("upstream sent [DONE] before finish_reason"));
+            }
+            self.flush_usage(out);
+            return Ok(Progress::End);
+        }
+        let chunk: Chunk =
+            serde_json::from_str(data).map_err(|e| protocol(&format!("upstream sent a malformed chunk: {e}")))?;
+        if let Some(error) = chunk.error.filter(is_truthy) {
+            return Err(classify_in_band(&json!({ "error": error })));
+        }
+        let usage_arrived = chunk.usage.is_some();
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(neutral_usage(&usage));
+        }
+        for choice in chunk.choices.into_iter().flatten().filter(|c| c.index == 0) {
+            if self.finish.is_some() {
+                break; // nothing after the finish signal is part of the answer
+            }
+            if let Some(delta) = choice.delta {
+                self.on_delta(delta, out);
+            }
+            if let Some(reason) = choice.finish_reason {
+                let reason = self.finish_reason(&reason)?;
+                self.finish = Some(reason);
+                out.push(Delta::Finish(reason));
+            }
+        }
+        if self.finish.is_some() && usage_arrived {
+            self.flush_usage(out);
+            return Ok(Progress::End);
+        }
+        Ok(Progress::More)
+    }
+
+    fn finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    fn on_end(&mut self, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
+        if self.finish.is_none() {
+            return Err(protocol("upstream stream ended before finish_reason"));
+        }
+        self.flush_usage(out);
+        Ok(())
+    }
+}
+
+impl ChunkDecoder {
+    fn on_delta(&mut self, delta: ChoiceDelta, out: &mut Vec<Delta>) {
+        if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+            out.push(Delta::Text(text));
+        }
+        if let Some(text) = delta.refusal.filter(|t| !t.is_empty()) {
+            self.refused = true;
+            out.push(Delta::Text(text));
+        }
+        for call in delta.tool_calls.into_iter().flatten() {
+            if let Some(fragment) = self.tool_fragment(call) {
+                out.push(Delta::ToolFragment(fragment));
+            }
+        }
+        if let Some(call) = delta.function_call {
+            // The deprecated single-call form: call 0, with a made-up id on its first fragment.
+            let id = call.name.as_ref().map(|_| "call_0".to_string());
+            let call = ToolCallDelta {
+                index: Some(0),
+                id,
+                function: Some(call),
+            };
+            if let Some(fragment) = self.tool_fragment(call) {
+                out.push(Delta::ToolFragment(fragment));
+            }
+        }
+    }
+
+    fn tool_fragment(&mut self, call: ToolCallDelta) -> Option<ToolFragment> {
+        let index = match call.index {
+            Some(index) => index,
+            // No index (older Ollama builds): a fragment with an id starts a new call,
+            // anything else continues the last one.
+            None if call.id.is_some() => self.next_tool_index,
+            None => self.last_tool_index.unwrap_or(0),
+        };
+        self.last_tool_index = Some(index);
+        self.next_tool_index = self.next_tool_index.max(index.saturating_add(1));
+        let FunctionDelta { name, arguments } = call.function.unwrap_or_default();
+        let arguments = arguments.unwrap_or_default();
+        if call.id.is_none() && name.is_none() && arguments.is_empty() {
+            return None;
+        }
+        Some(ToolFragment {
+            index,
+            id: call.id,
+            name,
+            arguments,
+        })
+    }
+
+    fn finish_reason(&self, reason: &str) -> Result<FinishReason, ProviderError> {
+        Ok(match reason {
+            "stop" | "end_turn" | "stop_sequence" | "eos" if self.refused => FinishReason::Refusal,
+            "stop" | "end_turn" | "stop_sequence" | "eos" => FinishReason::Stop,
+            "length" | "max_tokens" => FinishReason::Length,
+            "tool_calls" | "function_call" | "tool_use" => FinishReason::ToolCalls,
+            "content_filter" => FinishReason::ContentFilter,
+            "refusal" => FinishReason::Refusal,
+            // OpenRouter and some inference servers end a failed generation this way.
+            "error" => {
+                return Err(ProviderError::new(
+                    ErrorClass::Unavailable,
+                    "upstream ended the answer with finish_reason \"error\"",
+                ))
+            }
+            other => return Err(protocol(&format!("upstream sent an unknown finish_reason {other:?}"))),
+        })
+    }
+
+    fn flush_usage(&mut self, out: &mut Vec<Delta>) {
+        if let Some(usage) = self.usage.take() {
+            out.push(Delta::Usage(usage));
+        }
+    }
+}
+
+fn neutral_usage(usage: &WireUsage) -> Usage {
+    Usage {
+        input_tokens: usage.prompt_tokens,
+        output_tokens: usage.completion_tokens,
+    }
+}
+
+fn is_truthy(value: &serde_json::Value) -> bool {
+    !matches!(value, serde_json::Value::Null | serde_json::Value::Bool(false))
+        && value.as_str() != Some("")
+        && value.as_object().is_none_or(|o| !o.is_empty())
+}
+
+fn protocol(message: &str) -> ProviderError {
+    ProviderError::new(ErrorClass::Protocol, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::provider::drive;
+
+    const TEXT: &str = include_str!("../../../tests/fixtures/openai/text.sse");
+    const TOOLS: &str = include_str!("../../../tests/fixtures/openai/tool_calls_parallel.sse");
+    const SINGLE_TOOL: &str = include_str!("../../../tests/fixtures/openai/tool_call_single.sse");
+    const REFUSAL: &str = include_str!("../../../tests/fixtures/openai/refusal.sse");
+    const LENGTH: &str = include_str!("../../../tests/fixtures/openai/length.sse");
+
+    type Out = Vec<Result<Delta, ProviderError>>;
+
+    async fn replay_chunks(chunks: Vec<Vec<u8>>) -> Out {
+        let body = futures::stream::iter(chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c))));
+        drive(body, ChunkDecoder::default()).collect().await
+    }
+
+    async fn replay(text: &str) -> Out {
+        replay_chunks(vec![text.as_bytes().to_vec()]).await
+    }
+
+    fn text(s: &str) -> Result<Delta, ProviderError> {
+        Ok(Delta::Text(s.to_string()))
+    }
+
+    fn usage(input: u32, output: u32) -> Result<Delta, ProviderError> {
+        Ok(Delta::Usage(Usage {
+            input_tokens: input,
+            output_tokens: output,
+        }))
+    }
+
+    fn fragment(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> Result<Delta, ProviderError> {
+        Ok(Delta::ToolFragment(ToolFragment {
+            index,
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            arguments: args.to_string(),
+        }))
+    }
+
+    fn error_class(out: &Out) -> Option<ErrorClass> {
+        out.last().and_then(|r| r.as_ref().err()).map(|e| e.class)
+    }
+
+    #[tokio::test]
+    async fn text_fixture_skips_the_role_chunk_and_ends_with_finish_then_usage() {
+        let out = replay(TEXT).await;
+        assert_eq!(
+            out,
+            vec![
+                text("I'm"),
+                text(" unable"),
+                text("."),
+                Ok(Delta::Finish(FinishReason::Stop)),
+                usage(14, 30)
+            ],
+            "role-only chunk with empty content is not a token (T12); usage after finish (T8)"
+        );
+    }
+
+    #[tokio::test]
+    async fn parallel_tool_calls_pass_through_as_raw_fragments() {
+        let out = replay(TOOLS).await;
+        assert_eq!(
+            out[0],
+            fragment(0, Some("call_JMW1whyEaYG438VE1OIflxA2"), Some("GetWeatherArgs"), ""),
+            "T1"
+        );
+        assert_eq!(out[1], fragment(0, None, None, "{\"ci"), "T4: fragments are raw");
+        let args = |index: u32| -> String {
+            out.iter()
+                .filter_map(|d| match d {
+                    Ok(Delta::ToolFragment(f)) if f.index == index => Some(f.arguments.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(args(0), r#"{"city": "Edinburgh", "country": "GB", "units": "c"}"#);
+        assert_eq!(args(1), r#"{"ticker": "AAPL", "exchange": "NASDAQ"}"#);
+        assert_eq!(out[out.len() - 2], Ok(Delta::Finish(FinishReason::ToolCalls)));
+        assert_eq!(out[out.len() - 1], usage(149, 60));
+    }
+
+    #[tokio::test]
+    async fn first_tool_fragment_in_the_role_chunk_is_kept() {
+        let out = replay(SINGLE_TOOL).await;
+        assert_eq!(
+            out[0],
+            fragment(0, Some("call_4XzlGBLtUe9dy3GVNV4jhq7h"), Some("get_weather"), ""),
+            "T2"
+        );
+        assert_eq!(out[1], fragment(0, None, None, "{\""));
+    }
+
+    #[tokio::test]
+    async fn refusal_text_streams_and_finishes_as_refusal() {
+        let out = replay(REFUSAL).await;
+        assert_eq!(out[0], text("I'm"), "the empty refusal in the role chunk is skipped");
+        assert_eq!(out[out.len() - 2], Ok(Delta::Finish(FinishReason::Refusal)));
+    }
+
+    #[tokio::test]
+    async fn length_fixture_finishes_with_length() {
+        let out = replay(LENGTH).await;
+        assert_eq!(
+            out,
+            vec![text("{\""), Ok(Delta::Finish(FinishReason::Length)), usage(79, 1)]
+        );
+    }
+
+    #[tokio::test]
+    async fn eof_before_finish_reason_is_a_protocol_error() {
+        let cut = TEXT.split("data: {\"id\":\"chatcmpl-ABfw031mOJeYCSHe4yI2ZjOA6kMJL\",\"object\":\"chat.completion.chunk\",\"created\":1727346168,\"model\":\"gpt-4o-2024-08-06\",\"system_fingerprint\":\"fp_5050236cbd\",\"choices\":[{\"index\":0,\"delta\":{},").next().unwrap_or("");
+        let out = replay(cut).await;
+        assert_eq!(out[0], text("I'm"));
+        assert_eq!(error_class(&out), Some(ErrorClass::Protocol), "T11: {out:?}");
+        let message = out.last().and_then(|r| r.as_ref().err()).map(|e| e.message.clone());
+        assert_eq!(message.as_deref(), Some("upstream stream ended before finish_reason"));
+    }
+
+    #[tokio::test]
+    async fn eof_after_finish_reason_without_done_is_a_normal_end_with_usage() {
+        let without_done = TEXT.replace("data: [DONE]\n\n", "");
+        let out = replay(&without_done).await;
+        assert_eq!(
+            out.last(),
+            Some(&usage(14, 30)),
+            "no [DONE] is fine after finish_reason"
+        );
+        let only_finish = TEXT.split("data: {\"id\":\"chatcmpl-ABfw031mOJeYCSHe4yI2ZjOA6kMJL\",\"object\":\"chat.completion.chunk\",\"created\":1727346168,\"model\":\"gpt-4o-2024-08-06\",\"system_fingerprint\":\"fp_5050236cbd\",\"choices\":[],").next().unwrap_or("");
+        let out = replay(only_finish).await;
+        assert_eq!(
+            out.last(),
+            Some(&Ok(Delta::Finish(FinishReason::Stop))),
+            "no usage, no [DONE]: still fine"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_after_finish_reason_ends_the_stream_after_the_grace_period() {
+        let finish = r#"data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#;
+        let first = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(format!("{finish}\n\n")))]);
+        let body = first.chain(futures::stream::pending());
+        let started = tokio::time::Instant::now();
+        let out: Out = drive(body, ChunkDecoder::default()).collect().await;
+        assert_eq!(out, vec![text("hi"), Ok(Delta::Finish(FinishReason::Stop))]);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(1),
+            "ends after exactly the grace period"
+        );
+    }
+
+    #[tokio::test]
+    async fn done_before_finish_reason_is_a_protocol_error() {
+        let out = replay("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\ndata:[DONE]\n\n").await;
+        assert_eq!(error_class(&out), Some(ErrorClass::Protocol));
+    }
+
+    #[tokio::test]
+    async fn empty_null_and_missing_choices_are_no_delta() {
+        let stream = concat!(
+            "data: {\"id\":\"\",\"choices\":[],\"prompt_filter_results\":[]}\n\n",
+            "data: {\"choices\":null}\n\n",
+            "data: {\"object\":\"chat.completion.chunk\"}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}]}\n\n",
+            "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"other choice\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"never read\"}}]}\n\n",
+        );
+        let out = replay(stream).await;
+        assert_eq!(
+            out,
+            vec![text("ok"), Ok(Delta::Finish(FinishReason::Stop)), usage(1, 2)],
+            "T8/T12, other choices ignored, usage on the finish chunk ends the stream at once"
+        );
+    }
+
+    #[tokio::test]
+    async fn in_band_error_is_classified_and_ends_the_stream() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+            "data: {\"error\": {\"message\": \"The server had an error\", \"type\": \"server_error\", \"param\": null, \"code\": null}}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n",
+        );
+        let out = replay(stream).await;
+        assert_eq!(out.len(), 2, "nothing after the error: {out:?}");
+        assert_eq!(error_class(&out), Some(ErrorClass::Unavailable), "T10");
+        let null_error =
+            replay("data: {\"error\":null,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+                .await;
+        assert_eq!(
+            null_error,
+            vec![Ok(Delta::Finish(FinishReason::Stop))],
+            "a null error is no error"
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_json_and_bad_bytes_are_protocol_errors() {
+        let out = replay("data: {\"choices\":[\n\n").await;
+        assert_eq!(error_class(&out), Some(ErrorClass::Protocol));
+        let out = replay_chunks(vec![b"data: {\"x\":\"\xFF\"}\n\n".to_vec()]).await;
+        assert_eq!(error_class(&out), Some(ErrorClass::Protocol), "invalid UTF-8");
+        let out = replay_chunks(vec![b"\xEF\xBB\xBF".to_vec(), TEXT.as_bytes().to_vec()]).await;
+        assert_eq!(out.first(), Some(&text("I'm")), "a leading BOM is fine (T15)");
+    }
+
+    #[tokio::test]
+    async fn a_ten_megabyte_line_is_a_protocol_error() {
+        let mut chunks = vec![b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"".to_vec()];
+        chunks.extend(std::iter::repeat_n(vec![b'a'; 64 * 1024], 160));
+        let out = replay_chunks(chunks).await;
+        assert_eq!(out.len(), 1, "one error, nothing else");
+        assert_eq!(error_class(&out), Some(ErrorClass::Protocol));
+    }
+
+    #[tokio::test]
+    async fn transport_failure_mid_body_is_unavailable() {
+        let chunks = vec![
+            Ok(Bytes::from_static(
+                b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+            )),
+            Err(std::io::Error::other("connection reset")),
+        ];
+        let out: Out = drive(futures::stream::iter(chunks), ChunkDecoder::default())
+            .collect()
+            .await;
+        assert_eq!(out[0], text("a"));
+        assert_eq!(error_class(&out), Some(ErrorClass::Unavailable));
+    }
+
+    #[tokio::test]
+    async fn utf8_split_across_reads_and_any_two_way_split_decode_the_same() {
+        let whole = replay(TOOLS).await;
+        let bytes = TOOLS.as_bytes();
+        for cut in (0..bytes.len()).step_by(7) {
+            let out = replay_chunks(vec![bytes[..cut].to_vec(), bytes[cut..].to_vec()]).await;
+            assert_eq!(out, whole, "split at {cut}");
+        }
+        let euro = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"€\"},\"finish_reason\":\"stop\"}]}\n\n"
+            .as_bytes();
+        let at = euro.iter().position(|b| *b == 0xE2).unwrap_or(0) + 1;
+        let out = replay_chunks(vec![euro[..at].to_vec(), euro[at..].to_vec()]).await;
+        assert_eq!(out[0], text("€"), "T5");
+    }
+
+    #[tokio::test]
+    async fn tool_fragments_without_index_get_one_by_appearance() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"id\":\"b\",\"function\":{\"name\":\"g\",\"arguments\":\"{\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"function\":{\"arguments\":\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        );
+        let out = replay(stream).await;
+        assert_eq!(out[0], fragment(0, Some("a"), Some("f"), "{}"));
+        assert_eq!(out[1], fragment(1, Some("b"), Some("g"), "{"));
+        assert_eq!(out[2], fragment(1, None, None, "}"), "continues the last call");
+    }
+
+    #[tokio::test]
+    async fn finish_reason_error_is_unavailable() {
+        let out = replay("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"error\"}]}\n\n").await;
+        assert_eq!(error_class(&out), Some(ErrorClass::Unavailable));
+    }
+}

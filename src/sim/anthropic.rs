@@ -1,0 +1,330 @@
+//! The Anthropic Messages wire: the named-event stream (`event:` + `data:` with `type`, §3),
+//! the non-streaming message body, and the error envelope (§6.3).
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::json;
+
+use super::aggregate::Aggregate;
+use super::openai::replace_marker;
+use super::plan::{AnswerKind, Step, Stop};
+
+/// What the events of one response repeat.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    pub id: String,
+    pub model: String,
+    pub input_tokens: u32,
+}
+
+/// Writes a script's steps as Messages stream events.
+pub(crate) struct Encoder {
+    ident: Identity,
+    output_tokens: u32,
+    /// The content block that has started and not stopped.
+    open_block: Option<u32>,
+    kind: AnswerKind,
+    error_message: Option<String>,
+}
+
+#[derive(Serialize)]
+struct MessageStart<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: MessageHead<'a>,
+}
+
+#[derive(Serialize)]
+struct MessageHead<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
+    model: &'a str,
+    content: [(); 0],
+    stop_reason: Option<()>,
+    stop_sequence: Option<()>,
+    usage: StartUsage,
+}
+
+#[derive(Serialize)]
+struct StartUsage {
+    input_tokens: u32,
+    output_tokens: u32,
+}
+
+#[derive(Serialize)]
+struct BlockStart<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    index: u32,
+    content_block: Block<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: serde_json::Map<String, serde_json::Value>,
+    },
+}
+
+#[derive(Serialize)]
+struct BlockDelta<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    index: u32,
+    delta: DeltaBody<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum DeltaBody<'a> {
+    TextDelta { text: &'a str },
+    InputJsonDelta { partial_json: &'a str },
+}
+
+#[derive(Serialize)]
+struct MessageDelta {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    delta: StopDelta,
+    usage: DeltaUsage,
+}
+
+#[derive(Serialize)]
+struct StopDelta {
+    stop_reason: &'static str,
+    stop_sequence: Option<()>,
+}
+
+#[derive(Serialize)]
+struct DeltaUsage {
+    output_tokens: u32,
+}
+
+impl Encoder {
+    pub fn new(ident: Identity, kind: AnswerKind, error_message: Option<String>) -> Self {
+        Encoder {
+            ident,
+            output_tokens: 0,
+            open_block: None,
+            kind,
+            error_message,
+        }
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.ident
+    }
+
+    pub fn error_message(&self) -> Option<&str> {
+        self.error_message.as_deref()
+    }
+
+    /// The SSE events (one `Bytes` each) a step becomes; waits and drops write nothing.
+    pub fn encode(&mut self, step: &Step) -> Vec<Bytes> {
+        if step.is_token() {
+            self.output_tokens += 1;
+        }
+        match step {
+            Step::Open(_) => self.open(),
+            Step::Text(text) | Step::Refusal(text) => {
+                vec![delta(0, DeltaBody::TextDelta { text })]
+            }
+            Step::ToolOpen { index, id, name } => {
+                self.open_block = Some(*index);
+                let tool = Block::ToolUse {
+                    id,
+                    name,
+                    input: serde_json::Map::new(),
+                };
+                vec![
+                    block_start(*index, tool),
+                    delta(*index, DeltaBody::InputJsonDelta { partial_json: "" }),
+                ]
+            }
+            Step::ToolArgs { index, fragment } => vec![delta(
+                *index,
+                DeltaBody::InputJsonDelta {
+                    partial_json: fragment,
+                },
+            )],
+            Step::ToolClose { index } => {
+                self.open_block = None;
+                vec![block_stop(*index)]
+            }
+            Step::Finish(stop) => self.finish(*stop),
+            Step::Terminal => vec![event("message_stop", &json!({"type": "message_stop"}))],
+            Step::InBandError => {
+                let message = self.error_message.as_deref().unwrap_or("Overloaded");
+                let body = json!({"type": "error",
+                                  "error": {"type": "overloaded_error", "message": message}});
+                vec![event("error", &body)]
+            }
+            Step::Malformed => vec![Bytes::from_static(
+                b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"unterminated}\n\n",
+            )],
+            Step::InvalidUtf8 => {
+                const MARK: &str = "@@SIM-INVALID-UTF8@@";
+                let valid = delta(0, DeltaBody::TextDelta { text: MARK });
+                vec![replace_marker(&valid, MARK.as_bytes(), &[0xC3, 0x28, 0xFF])]
+            }
+            Step::Usage | Step::Wait(_) | Step::Bom | Step::HugeLine(_) | Step::Drop => {
+                Vec::new()
+            }
+        }
+    }
+
+    fn open(&mut self) -> Vec<Bytes> {
+        let start = MessageStart {
+            kind: "message_start",
+            message: MessageHead {
+                id: &self.ident.id,
+                kind: "message",
+                role: "assistant",
+                model: &self.ident.model,
+                content: [],
+                stop_reason: None,
+                stop_sequence: None,
+                usage: StartUsage {
+                    input_tokens: self.ident.input_tokens,
+                    output_tokens: 1,
+                },
+            },
+        };
+        let mut events = vec![event("message_start", &start)];
+        if self.kind != AnswerKind::Tools {
+            self.open_block = Some(0);
+            events.push(block_start(0, Block::Text { text: "" }));
+        }
+        events.push(event("ping", &json!({"type": "ping"})));
+        events
+    }
+
+    fn finish(&mut self, stop: Stop) -> Vec<Bytes> {
+        let mut events = Vec::new();
+        // Cut off by max_tokens inside a tool block: no content_block_stop (§3.9).
+        let cut_tool = stop == Stop::Length && self.kind == AnswerKind::Tools;
+        if let Some(index) = self.open_block.take() {
+            if !cut_tool {
+                events.push(block_stop(index));
+            }
+        }
+        let body = MessageDelta {
+            kind: "message_delta",
+            delta: StopDelta {
+                stop_reason: stop_reason(stop),
+                stop_sequence: None,
+            },
+            usage: DeltaUsage {
+                output_tokens: self.output_tokens,
+            },
+        };
+        events.push(event("message_delta", &body));
+        events
+    }
+}
+
+fn stop_reason(stop: Stop) -> &'static str {
+    match stop {
+        Stop::EndTurn => "end_turn",
+        Stop::ToolCalls => "tool_use",
+        Stop::Length => "max_tokens",
+        Stop::Refusal => "refusal",
+    }
+}
+
+fn event(name: &str, data: &impl Serialize) -> Bytes {
+    let json = serde_json::to_vec(data).unwrap_or_default();
+    let mut out = Vec::with_capacity(json.len() + name.len() + 16);
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(&json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+fn block_start(index: u32, content_block: Block<'_>) -> Bytes {
+    let body = BlockStart {
+        kind: "content_block_start",
+        index,
+        content_block,
+    };
+    event("content_block_start", &body)
+}
+
+fn delta(index: u32, delta: DeltaBody<'_>) -> Bytes {
+    let body = BlockDelta {
+        kind: "content_block_delta",
+        index,
+        delta,
+    };
+    event("content_block_delta", &body)
+}
+
+fn block_stop(index: u32) -> Bytes {
+    event(
+        "content_block_stop",
+        &json!({"type": "content_block_stop", "index": index}),
+    )
+}
+
+/// The non-streaming message body.
+pub(crate) fn message(ident: &Identity, agg: &Aggregate) -> serde_json::Value {
+    let stop = agg.stop.unwrap_or(Stop::EndTurn);
+    let mut content = Vec::new();
+    if !agg.text.is_empty() {
+        content.push(json!({"type": "text", "text": agg.text}));
+    }
+    for call in &agg.tool_calls {
+        // A call cut off by max_tokens has no valid input; the API leaves it out.
+        let Ok(input) = serde_json::from_str::<serde_json::Value>(&call.arguments) else {
+            continue;
+        };
+        content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+    }
+    json!({
+        "id": ident.id,
+        "type": "message",
+        "role": "assistant",
+        "model": ident.model,
+        "content": content,
+        "stop_reason": stop_reason(stop),
+        "stop_sequence": null,
+        "usage": {"input_tokens": ident.input_tokens, "output_tokens": agg.output_tokens},
+    })
+}
+
+/// The error envelope for an HTTP status (§6.3).
+pub(crate) fn error_body(status: u16, message: Option<&str>, request_id: &str) -> serde_json::Value {
+    let (kind, default_message) = match status {
+        401 => ("authentication_error", "invalid x-api-key"),
+        402 => ("billing_error", "Your credit balance is too low."),
+        403 => ("permission_error", "Your API key does not have permission."),
+        404 => ("not_found_error", "Not found"),
+        413 => (
+            "request_too_large",
+            "Request exceeds the maximum allowed number of bytes.",
+        ),
+        429 => (
+            "rate_limit_error",
+            "This request would exceed the rate limit for your organization.",
+        ),
+        504 => ("timeout_error", "Request timed out"),
+        529 => ("overloaded_error", "Overloaded"),
+        500..=599 => ("api_error", "Internal server error"),
+        _ => ("invalid_request_error", "Invalid request"),
+    };
+    json!({
+        "type": "error",
+        "error": {"type": kind, "message": message.unwrap_or(default_message)},
+        "request_id": request_id,
+    })
+}

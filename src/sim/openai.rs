@@ -1,0 +1,363 @@
+//! The OpenAI Chat Completions wire: streamed `chat.completion.chunk` events (`data: …`,
+//! `[DONE]`, §1), the non-streaming `chat.completion` body, and the error envelope (§6.1).
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::json;
+
+use super::aggregate::Aggregate;
+use super::plan::{AnswerKind, Step, Stop};
+
+/// What every chunk of one response repeats.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub input_tokens: u32,
+}
+
+/// Writes a script's steps as Chat Completions chunks.
+pub(crate) struct Encoder {
+    ident: Identity,
+    include_usage: bool,
+    /// The first tool-call fragment rides in the role chunk (T2).
+    role_with_first_tool: bool,
+    role_pending: bool,
+    output_tokens: u32,
+    /// Message of the in-band error event.
+    error_message: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    system_fingerprint: &'static str,
+    choices: Vec<Choice<'a>>,
+    /// Absent without `include_usage`; `null` on ordinary chunks with it (§1.11).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Option<UsageBody>>,
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: Option<()>,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Serialize, Default)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<Option<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[ToolDelta<'a>; 1]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<Option<&'a str>>,
+}
+
+#[derive(Serialize)]
+struct ToolDelta<'a> {
+    index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    function: FunctionDelta<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionDelta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    arguments: &'a str,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct UsageBody {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    total_tokens: u32,
+}
+
+impl UsageBody {
+    fn new(input: u32, output: u32) -> Self {
+        UsageBody {
+            prompt_tokens: input,
+            completion_tokens: output,
+            total_tokens: input.saturating_add(output),
+        }
+    }
+}
+
+impl Encoder {
+    pub fn new(ident: Identity, include_usage: bool, role_with_first_tool: bool) -> Self {
+        Encoder {
+            ident,
+            include_usage,
+            role_with_first_tool,
+            role_pending: true,
+            output_tokens: 0,
+            error_message: None,
+        }
+    }
+
+    pub fn with_error_message(mut self, message: Option<String>) -> Self {
+        self.error_message = message;
+        self
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.ident
+    }
+
+    pub fn error_message(&self) -> Option<&str> {
+        self.error_message.as_deref()
+    }
+
+    /// The SSE events (one `Bytes` each) a step becomes; waits and drops write nothing.
+    pub fn encode(&mut self, step: &Step) -> Vec<Bytes> {
+        if step.is_token() {
+            self.output_tokens += 1;
+        }
+        let delta = match step {
+            Step::Open(kind) => match kind {
+                AnswerKind::Tools if self.role_with_first_tool => return Vec::new(),
+                AnswerKind::Tools => self.role_delta(Some(None), None),
+                AnswerKind::Text => self.role_delta(Some(Some("")), Some(None)),
+                AnswerKind::Refusal => self.role_delta(Some(None), Some(Some(""))),
+            },
+            Step::Text(t) => Delta {
+                content: Some(Some(t)),
+                ..Delta::default()
+            },
+            Step::Refusal(t) => Delta {
+                refusal: Some(Some(t)),
+                ..Delta::default()
+            },
+            Step::ToolOpen { index, id, name } => {
+                let mut delta = if self.role_pending {
+                    self.role_delta(Some(None), None)
+                } else {
+                    Delta::default()
+                };
+                delta.tool_calls = Some([ToolDelta {
+                    index: *index,
+                    id: Some(id),
+                    kind: Some("function"),
+                    function: FunctionDelta {
+                        name: Some(name),
+                        arguments: "",
+                    },
+                }]);
+                delta
+            }
+            Step::ToolArgs { index, fragment } => Delta {
+                tool_calls: Some([ToolDelta {
+                    index: *index,
+                    id: None,
+                    kind: None,
+                    function: FunctionDelta {
+                        name: None,
+                        arguments: fragment,
+                    },
+                }]),
+                ..Delta::default()
+            },
+            Step::Finish(stop) => {
+                return vec![self.chunk(Delta::default(), Some(finish_reason(*stop)))];
+            }
+            Step::Usage if self.include_usage => {
+                let usage = UsageBody::new(self.ident.input_tokens, self.output_tokens);
+                return vec![self.usage_chunk(usage)];
+            }
+            Step::Terminal => return vec![Bytes::from_static(b"data: [DONE]\n\n")],
+            Step::InBandError => return vec![in_band_error(self.error_message.as_deref())],
+            Step::Malformed => {
+                return vec![Bytes::from_static(
+                    b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"unterminated}\n\n",
+                )]
+            }
+            Step::InvalidUtf8 => return vec![self.invalid_utf8_chunk()],
+            Step::Usage | Step::ToolClose { .. } | Step::Wait(_) | Step::Bom | Step::HugeLine(_) | Step::Drop => {
+                return Vec::new()
+            }
+        };
+        vec![self.chunk(delta, None)]
+    }
+
+    fn role_delta<'a>(&mut self, content: Option<Option<&'a str>>, refusal: Option<Option<&'a str>>) -> Delta<'a> {
+        self.role_pending = false;
+        Delta {
+            role: Some("assistant"),
+            content,
+            refusal,
+            tool_calls: None,
+        }
+    }
+
+    fn chunk(&self, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Bytes {
+        let choice = Choice {
+            index: 0,
+            delta,
+            logprobs: None,
+            finish_reason,
+        };
+        self.frame(vec![choice], self.include_usage.then_some(None))
+    }
+
+    fn usage_chunk(&self, usage: UsageBody) -> Bytes {
+        self.frame(Vec::new(), Some(Some(usage)))
+    }
+
+    fn frame(&self, choices: Vec<Choice<'_>>, usage: Option<Option<UsageBody>>) -> Bytes {
+        let chunk = Chunk {
+            id: &self.ident.id,
+            object: "chat.completion.chunk",
+            created: self.ident.created,
+            model: &self.ident.model,
+            system_fingerprint: "fp_sim",
+            choices,
+            usage,
+        };
+        sse_data(&serde_json::to_vec(&chunk).unwrap_or_default())
+    }
+
+    /// A text chunk whose content holds bytes that are not UTF-8.
+    fn invalid_utf8_chunk(&self) -> Bytes {
+        const MARK: &str = "@@SIM-INVALID-UTF8@@";
+        let valid = self.chunk(
+            Delta {
+                content: Some(Some(MARK)),
+                ..Delta::default()
+            },
+            None,
+        );
+        replace_marker(&valid, MARK.as_bytes(), &[0xC3, 0x28, 0xFF])
+    }
+}
+
+fn finish_reason(stop: Stop) -> &'static str {
+    match stop {
+        Stop::EndTurn | Stop::Refusal => "stop",
+        Stop::ToolCalls => "tool_calls",
+        Stop::Length => "length",
+    }
+}
+
+fn sse_data(json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+pub(crate) fn replace_marker(bytes: &[u8], marker: &[u8], with: &[u8]) -> Bytes {
+    match bytes.windows(marker.len()).position(|w| w == marker) {
+        Some(at) => {
+            let mut out = Vec::with_capacity(bytes.len());
+            out.extend_from_slice(&bytes[..at]);
+            out.extend_from_slice(with);
+            out.extend_from_slice(&bytes[at + marker.len()..]);
+            Bytes::from(out)
+        }
+        None => Bytes::copy_from_slice(bytes),
+    }
+}
+
+/// `data: {"error":{…}}`, the shape both official SDKs raise on (§1.12).
+fn in_band_error(message: Option<&str>) -> Bytes {
+    let default = "The server had an error while processing your request. Sorry about that!";
+    let body = json!({"error": {
+        "message": message.unwrap_or(default),
+        "type": "server_error", "param": null, "code": null
+    }});
+    sse_data(body.to_string().as_bytes())
+}
+
+/// The non-streaming `chat.completion` body.
+pub(crate) fn completion(ident: &Identity, agg: &Aggregate) -> serde_json::Value {
+    let tool_calls: Vec<serde_json::Value> = agg
+        .tool_calls
+        .iter()
+        .map(|c| {
+            json!({"id": c.id, "type": "function",
+                   "function": {"name": c.name, "arguments": c.arguments}})
+        })
+        .collect();
+    let mut message = json!({
+        "role": "assistant",
+        "content": if agg.tool_calls.is_empty() && agg.refusal.is_none() {
+            json!(agg.text)
+        } else {
+            json!(null)
+        },
+        "refusal": agg.refusal,
+        "annotations": [],
+    });
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = json!(tool_calls);
+    }
+    json!({
+        "id": ident.id,
+        "object": "chat.completion",
+        "created": ident.created,
+        "model": ident.model,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": finish_reason(agg.stop.unwrap_or(Stop::EndTurn)),
+        }],
+        "usage": UsageBody::new(ident.input_tokens, agg.output_tokens),
+        "system_fingerprint": "fp_sim",
+    })
+}
+
+/// The error envelope for an HTTP status (§6.1).
+pub(crate) fn error_body(status: u16, message: Option<&str>) -> serde_json::Value {
+    let (kind, code, default_message) = match status {
+        401 => (
+            "invalid_request_error",
+            Some("invalid_api_key"),
+            "Incorrect API key provided.",
+        ),
+        403 => (
+            "invalid_request_error",
+            Some("unsupported_country_region_territory"),
+            "Country, region, or territory not supported.",
+        ),
+        404 => (
+            "invalid_request_error",
+            Some("model_not_found"),
+            "The model does not exist or you do not have access to it.",
+        ),
+        429 => (
+            "requests",
+            Some("rate_limit_exceeded"),
+            "Rate limit reached for requests. Please try again later.",
+        ),
+        503 => (
+            "server_error",
+            Some("server_is_overloaded"),
+            "The engine is currently overloaded, please try again later",
+        ),
+        500..=599 => (
+            "server_error",
+            None,
+            "The server had an error while processing your request. Sorry about that!",
+        ),
+        _ => ("invalid_request_error", None, "Invalid request."),
+    };
+    json!({"error": {
+        "message": message.unwrap_or(default_message),
+        "type": kind, "param": null, "code": code
+    }})
+}

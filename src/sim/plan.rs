@@ -1,0 +1,323 @@
+//! Turns a scenario and one request into a wire-neutral script of steps (waits, tokens,
+//! tool-call fragments, faults, the finish) that a wire encoder then writes out.
+
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+use super::answer::{self, REFUSAL_TEXT};
+use super::record::SimEnd;
+use super::request::Inbound;
+use super::scenario::{ms, probability, Failure, Scenario};
+use super::timing::{self, Moment};
+
+/// Which wire format a request arrived in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
+impl Wire {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wire::OpenAi => "openai",
+            Wire::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// What kind of answer opens the stream (it decides the role chunk / first block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AnswerKind {
+    Text,
+    Tools,
+    Refusal,
+}
+
+/// Why the answer stopped, before translation to a wire's finish / stop reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    EndTurn,
+    ToolCalls,
+    Length,
+    Refusal,
+}
+
+/// One step of a simulated response.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Step {
+    Wait(Duration),
+    Bom,
+    /// Role chunk / `message_start` (and the text block's start and a ping).
+    Open(AnswerKind),
+    Text(String),
+    /// OpenAI refusal text.
+    Refusal(String),
+    ToolOpen {
+        index: u32,
+        id: String,
+        name: String,
+    },
+    ToolArgs {
+        index: u32,
+        fragment: String,
+    },
+    ToolClose {
+        index: u32,
+    },
+    Finish(Stop),
+    /// OpenAI usage chunk (when asked for); nothing on Anthropic.
+    Usage,
+    /// `[DONE]` / `message_stop`.
+    Terminal,
+    InBandError,
+    Malformed,
+    InvalidUtf8,
+    HugeLine(u64),
+    Drop,
+}
+
+impl Step {
+    /// Counts toward `tokens_sent` and the `*_after_tokens` faults.
+    pub fn is_token(&self) -> bool {
+        matches!(self, Step::Text(_) | Step::Refusal(_) | Step::ToolArgs { .. })
+    }
+
+    /// Marks the first content token (a tool call's start counts, per the commit rule).
+    pub fn is_content(&self) -> bool {
+        self.is_token() || matches!(self, Step::ToolOpen { .. })
+    }
+}
+
+/// A status error to answer with instead of a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StatusError {
+    pub status: u16,
+    pub message: Option<String>,
+    pub retry_after_s: Option<u64>,
+    pub retry_after_ms: Option<u64>,
+}
+
+/// The script for one streamed (or aggregated) answer.
+#[derive(Debug, Clone)]
+pub(crate) struct Script {
+    pub kind: AnswerKind,
+    pub steps: Vec<Step>,
+    /// How the body ends when the client reads it to the end.
+    pub end: SimEnd,
+    pub ttft: Duration,
+    pub prefill_chars: usize,
+    pub continued: bool,
+}
+
+pub(crate) enum Plan {
+    Status(StatusError),
+    Stream(Script),
+}
+
+/// Everything that varies per request besides the scenario.
+pub(crate) struct Context<'a> {
+    pub wire: Wire,
+    pub inbound: &'a Inbound,
+    pub moment: Moment,
+}
+
+/// Plans one request. Uses `rng` for every random choice, so a seed reproduces it.
+pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng) -> Plan {
+    let f = &scenario.failure;
+    if let Some(status) = f.status {
+        let fails = match f.fail_first_n {
+            Some(n) => cx.moment.request_number < n,
+            None => rng.random_bool(probability(f.status_rate)),
+        };
+        if fails {
+            return Plan::Status(StatusError {
+                status,
+                message: f.message.clone(),
+                retry_after_s: f.retry_after_s,
+                retry_after_ms: f.retry_after_ms,
+            });
+        }
+    }
+    let ttft = timing::ttft(scenario, cx.moment, rng);
+    let (kind, beats, stop, prefill_chars, continued) = answer_beats(scenario, cx, rng);
+    let faults = Faults::draw(f, rng);
+
+    let mut steps = Vec::with_capacity(beats.len() * 2 + 8);
+    if f.bom {
+        steps.push(Step::Bom);
+    }
+    steps.push(Step::Open(kind));
+    let script = |steps, end| Script {
+        kind,
+        steps,
+        end,
+        ttft,
+        prefill_chars,
+        continued,
+    };
+    if let Some(bytes) = f.huge_line_bytes {
+        steps.push(Step::HugeLine(bytes));
+        return Plan::Stream(script(steps, SimEnd::Truncated));
+    }
+    let mut sent = 0u32;
+    if beats.is_empty() {
+        steps.push(Step::Wait(ttft));
+        if let Some(end) = faults.after(sent, &mut steps) {
+            return Plan::Stream(script(steps, end));
+        }
+    }
+    for (i, beat) in beats.into_iter().enumerate() {
+        steps.push(Step::Wait(if i == 0 {
+            ttft
+        } else {
+            timing::inter_token(scenario, rng)
+        }));
+        if i == 0 {
+            if let Some(end) = faults.after(sent, &mut steps) {
+                return Plan::Stream(script(steps, end));
+            }
+        }
+        let token = beat.iter().any(Step::is_token);
+        steps.extend(beat);
+        if token {
+            sent += 1;
+            if let Some(end) = faults.after(sent, &mut steps) {
+                return Plan::Stream(script(steps, end));
+            }
+        }
+    }
+    if f.eof_before_finish {
+        return Plan::Stream(script(steps, SimEnd::Truncated));
+    }
+    steps.push(Step::Finish(stop));
+    steps.push(Step::Usage);
+    if f.missing_done {
+        return Plan::Stream(script(steps, SimEnd::Truncated));
+    }
+    steps.push(Step::Terminal);
+    Plan::Stream(script(steps, SimEnd::Completed))
+}
+
+/// One wait-separated group of steps (a token, or a tool call's opening).
+type Beat = Vec<Step>;
+
+fn answer_beats(
+    scenario: &Scenario,
+    cx: &Context<'_>,
+    rng: &mut SmallRng,
+) -> (AnswerKind, Vec<Beat>, Stop, usize, bool) {
+    let truncate = scenario.failure.length_in_tool_call;
+    if scenario.failure.refusal {
+        // Anthropic refuses with an empty text block and `stop_reason: "refusal"` (§3.7).
+        let beats = match cx.wire {
+            Wire::OpenAi => answer::split_words(REFUSAL_TEXT)
+                .into_iter()
+                .map(|t| vec![Step::Refusal(t)])
+                .collect(),
+            Wire::Anthropic => Vec::new(),
+        };
+        return (AnswerKind::Refusal, beats, Stop::Refusal, 0, false);
+    }
+    if !scenario.tool_calls.is_empty() {
+        let (beats, stop) = tool_beats(scenario, cx.wire, truncate, rng);
+        return (AnswerKind::Tools, beats, stop, 0, false);
+    }
+    let full = answer::text_tokens(scenario);
+    let prefill = cx.inbound.prefill.as_deref().unwrap_or_default();
+    let remainder = answer::remainder_after(&full, prefill);
+    let continued = remainder.is_some();
+    let mut tokens = remainder.unwrap_or(full);
+    let mut stop = Stop::EndTurn;
+    if truncate {
+        tokens.truncate(tokens.len() / 2);
+        stop = Stop::Length;
+    }
+    let beats = tokens.into_iter().map(|t| vec![Step::Text(t)]).collect();
+    (AnswerKind::Text, beats, stop, prefill.chars().count(), continued)
+}
+
+fn tool_beats(scenario: &Scenario, wire: Wire, truncate: bool, rng: &mut SmallRng) -> (Vec<Beat>, Stop) {
+    let calls = if truncate {
+        &scenario.tool_calls[..1]
+    } else {
+        &scenario.tool_calls[..]
+    };
+    let mut beats = Vec::new();
+    for (index, call) in (0u32..).zip(calls) {
+        let id = match wire {
+            Wire::OpenAi => answer::random_id("call_", 24, rng),
+            Wire::Anthropic => answer::random_id("toolu_01", 22, rng),
+        };
+        beats.push(vec![Step::ToolOpen {
+            index,
+            id,
+            name: call.name.clone(),
+        }]);
+        let mut pieces = answer::fragments(&call.arguments, scenario.tool_fragments, rng);
+        if truncate {
+            pieces.truncate(pieces.len().div_ceil(2).min(pieces.len().saturating_sub(1)).max(1));
+            beats.extend(
+                pieces
+                    .into_iter()
+                    .map(|fragment| vec![Step::ToolArgs { index, fragment }]),
+            );
+            return (beats, Stop::Length);
+        }
+        beats.extend(
+            pieces
+                .into_iter()
+                .map(|fragment| vec![Step::ToolArgs { index, fragment }]),
+        );
+        if let Some(last) = beats.last_mut() {
+            last.push(Step::ToolClose { index });
+        }
+    }
+    (beats, Stop::ToolCalls)
+}
+
+/// The `*_after_tokens` faults of one request, with the random ones already decided.
+struct Faults {
+    drop: Option<u32>,
+    stall: Option<(u32, Duration)>,
+    malformed: Option<u32>,
+    in_band: Option<u32>,
+    invalid_utf8: Option<u32>,
+}
+
+impl Faults {
+    fn draw(f: &Failure, rng: &mut SmallRng) -> Self {
+        let drop = f
+            .drop_after_tokens
+            .filter(|_| rng.random_bool(probability(f.drop_rate)));
+        Faults {
+            drop,
+            stall: f
+                .stall_after_tokens
+                .map(|n| (n, ms(f.stall_ms.unwrap_or(60_000) as f64))),
+            malformed: f.malformed_after_tokens,
+            in_band: f.in_band_error_after_tokens,
+            invalid_utf8: f.invalid_utf8_after_tokens,
+        }
+    }
+
+    /// Appends what happens once `sent` tokens are out; `Some(end)` when the body ends.
+    fn after(&self, sent: u32, steps: &mut Vec<Step>) -> Option<SimEnd> {
+        if self.stall.is_some_and(|(n, _)| n == sent) {
+            if let Some((_, pause)) = self.stall {
+                steps.push(Step::Wait(pause));
+            }
+        }
+        let ending = [
+            (self.drop, Step::Drop, SimEnd::Dropped),
+            (self.in_band, Step::InBandError, SimEnd::InBandError),
+            (self.malformed, Step::Malformed, SimEnd::Truncated),
+            (self.invalid_utf8, Step::InvalidUtf8, SimEnd::Truncated),
+        ];
+        let (_, step, end) = ending.into_iter().find(|(n, _, _)| *n == Some(sent))?;
+        steps.push(step);
+        Some(end)
+    }
+}

@@ -1,0 +1,253 @@
+//! Answers one chat request: logs it, finds its scenario, plans it, and returns the wire's
+//! error response, stream, or aggregated body.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::aggregate::{Aggregate, Fault};
+use super::answer::random_id;
+use super::plan::{plan, Context, Plan, Script, StatusError, Wire};
+use super::record::{Arrival, RecordGuard, SimEnd};
+use super::request::{self, Inbound};
+use super::scenario::Scenario;
+use super::server::SimState;
+use super::stream::{self, Encoder};
+use super::timing::Moment;
+use super::{anthropic, openai};
+
+/// Everything one response is built from.
+struct Reply<'a> {
+    state: &'a SimState,
+    record: u64,
+    wire: Wire,
+    /// Our id for this response (`x-request-id` / `request-id` header).
+    upstream_id: String,
+}
+
+pub(crate) async fn respond(
+    state: Arc<SimState>,
+    wire: Wire,
+    scenario_name: String,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let accepted_at = Instant::now();
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let inbound = match (&parsed, wire) {
+        (Some(v), Wire::OpenAi) => request::openai(v),
+        (Some(v), Wire::Anthropic) => request::anthropic(v),
+        (None, _) => Inbound::default(),
+    };
+    let record = state.log.arrive(Arrival {
+        scenario: scenario_name.clone(),
+        wire: wire.as_str(),
+        request_id: headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        stream: inbound.stream,
+        accepted_at,
+    });
+    let guard = RecordGuard::new(state.log.clone(), record);
+    let reply = Reply {
+        state: &state,
+        record,
+        wire,
+        upstream_id: format!("req_sim{record:012}"),
+    };
+    if parsed.is_none() {
+        let error = status_error(400, "The request body is not valid JSON.");
+        return reply.error(guard, &error);
+    }
+    let Some((scenario, number)) = state.next_request(&scenario_name) else {
+        let message = format!("The simulator has no scenario named '{scenario_name}'.");
+        return reply.error(guard, &status_error(404, &message));
+    };
+    let mut rng = SmallRng::seed_from_u64(scenario.seed ^ number);
+    let cx = Context {
+        wire,
+        inbound: &inbound,
+        moment: Moment {
+            request_number: number,
+            clock_ms: state.log.clock().ms(accepted_at) as u64,
+        },
+    };
+    match plan(&scenario, &cx, &mut rng) {
+        Plan::Status(error) => reply.error(guard, &error),
+        Plan::Stream(script) => {
+            state.log.update(record, |r| {
+                r.planned_ttft_ms = script.ttft.as_secs_f64() * 1000.0;
+                r.prefill_chars = script.prefill_chars;
+                r.continued = script.continued;
+            });
+            let encoder = encoder(wire, &scenario, &inbound, &script, &mut rng);
+            if inbound.stream {
+                reply.stream(guard, script, encoder, scenario.chunk_split)
+            } else {
+                reply.aggregated(guard, &script, encoder).await
+            }
+        }
+    }
+}
+
+fn status_error(status: u16, message: &str) -> StatusError {
+    StatusError {
+        status,
+        message: Some(message.to_owned()),
+        retry_after_s: None,
+        retry_after_ms: None,
+    }
+}
+
+fn encoder(wire: Wire, scenario: &Scenario, inbound: &Inbound, script: &Script, rng: &mut SmallRng) -> Encoder {
+    let model = scenario
+        .model
+        .clone()
+        .or_else(|| inbound.model.clone())
+        .unwrap_or_else(|| "sim-1".to_owned());
+    let message = scenario.failure.message.clone();
+    match wire {
+        Wire::OpenAi => {
+            let ident = openai::Identity {
+                id: random_id("chatcmpl-", 29, rng),
+                created: unix_now(),
+                model,
+                input_tokens: inbound.input_tokens,
+            };
+            let e = openai::Encoder::new(ident, inbound.include_usage, scenario.tool_first_with_role);
+            Encoder::OpenAi(e.with_error_message(message))
+        }
+        Wire::Anthropic => {
+            let ident = anthropic::Identity {
+                id: random_id("msg_01", 22, rng),
+                model,
+                input_tokens: inbound.input_tokens,
+            };
+            Encoder::Anthropic(anthropic::Encoder::new(ident, script.kind, message))
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Reply<'_> {
+    /// The wire's error envelope with `status` (and retry headers when set).
+    fn error(&self, mut guard: RecordGuard, error: &StatusError) -> Response {
+        let status = StatusCode::from_u16(error.status)
+            .ok()
+            .filter(|s| (200..=599).contains(&s.as_u16()))
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let message = error.message.as_deref();
+        let body = match self.wire {
+            Wire::OpenAi => openai::error_body(status.as_u16(), message),
+            Wire::Anthropic => anthropic::error_body(status.as_u16(), message, &self.upstream_id),
+        };
+        self.state.log.update(self.record, |r| r.status = status.as_u16());
+        guard.finish(SimEnd::ErrorStatus);
+        let mut response = self.response(status, "application/json", Body::from(body.to_string()));
+        let headers = response.headers_mut();
+        if let Some(s) = error.retry_after_s {
+            headers.insert("retry-after", HeaderValue::from(s));
+        }
+        if let Some(ms) = error.retry_after_ms {
+            headers.insert("retry-after-ms", HeaderValue::from(ms));
+        }
+        response
+    }
+
+    /// A 200 event stream that plays the script.
+    fn stream(&self, guard: RecordGuard, script: Script, encoder: Encoder, chunk_split: Option<usize>) -> Response {
+        let body = stream::body(script.steps, script.end, encoder, guard, chunk_split);
+        self.response(
+            StatusCode::OK,
+            "text/event-stream; charset=utf-8",
+            Body::from_stream(body),
+        )
+    }
+
+    /// Waits as long as the stream would take, then answers with one JSON body.
+    async fn aggregated(&self, mut guard: RecordGuard, script: &Script, encoder: Encoder) -> Response {
+        let agg = Aggregate::of(&script.steps);
+        // Dropped here if the client leaves: the guard then records `client_closed`.
+        tokio::time::sleep(agg.total_wait).await;
+        if agg.output_tokens > 0 || !agg.tool_calls.is_empty() {
+            guard.first_token();
+        }
+        self.state
+            .log
+            .update(self.record, |r| r.tokens_sent = agg.output_tokens);
+        let json = match &encoder {
+            Encoder::OpenAi(e) => openai::completion(e.identity(), &agg),
+            Encoder::Anthropic(e) => anthropic::message(e.identity(), &agg),
+        };
+        let text = json.to_string();
+        let body = match agg.fault {
+            Some(Fault::InBandError) => {
+                let status = match self.wire {
+                    Wire::OpenAi => 500,
+                    Wire::Anthropic => 529,
+                };
+                let message = match &encoder {
+                    Encoder::OpenAi(e) => e.error_message(),
+                    Encoder::Anthropic(e) => e.error_message(),
+                };
+                let error = StatusError {
+                    status,
+                    message: message.map(str::to_owned),
+                    retry_after_s: None,
+                    retry_after_ms: None,
+                };
+                return self.error(guard, &error);
+            }
+            Some(Fault::Drop) => {
+                guard.finish(SimEnd::Dropped);
+                let broken = futures::stream::once(async {
+                    Err::<axum::body::Bytes, _>(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "simulated connection drop",
+                    ))
+                });
+                Body::from_stream(broken)
+            }
+            Some(Fault::Malformed) => {
+                guard.finish(SimEnd::Truncated);
+                let half = text.len() / 2;
+                Body::from(text.as_bytes()[..half].to_vec())
+            }
+            None => {
+                guard.finish(SimEnd::Completed);
+                Body::from(text)
+            }
+        };
+        self.response(StatusCode::OK, "application/json", body)
+    }
+
+    fn response(&self, status: StatusCode, content_type: &'static str, body: Body) -> Response {
+        let mut response = Response::new(body);
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        let id_header = match self.wire {
+            Wire::OpenAi => "x-request-id",
+            Wire::Anthropic => "request-id",
+        };
+        if let Ok(value) = HeaderValue::from_str(&self.upstream_id) {
+            headers.insert(id_header, value);
+        }
+        response
+    }
+}

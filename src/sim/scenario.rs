@@ -1,0 +1,218 @@
+//! `Scenario`: the explicit description of how one simulated upstream behaves (latency,
+//! answer, faults), written inline in TOML `[sim.scenarios.NAME]` or sent as JSON.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything the simulator needs to answer a request. Every field has a default, so a
+/// scenario names only what it changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Scenario {
+    /// Model id reported in the answer. `None` echoes the request's `model` (or "sim-1").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub ttft: Ttft,
+    /// Mean gap between two tokens, in ms.
+    pub inter_token_ms: f64,
+    /// Lognormal jitter of the gap (0 = every gap is exactly `inter_token_ms`).
+    pub inter_token_sigma: f64,
+    /// Number of text tokens when `text` is not given.
+    pub tokens: u32,
+    /// Explicit answer. Its tokens are its words, each with the whitespace in front of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// When non-empty the answer is these tool calls instead of text.
+    pub tool_calls: Vec<ToolCallSpec>,
+    /// Pieces each call's arguments are cut into (at arbitrary char boundaries).
+    pub tool_fragments: u32,
+    /// OpenAI: the first tool-call fragment rides in the role chunk (T2).
+    pub tool_first_with_role: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cold_start: Option<ColdStart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub brownout: Option<Brownout>,
+    pub failure: Failure,
+    /// Write each SSE event in body chunks of at most this many bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk_split: Option<usize>,
+    /// Per-request RNG seed: `seed ^ request_number`. The generated text uses `seed` only.
+    pub seed: u64,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            model: None,
+            ttft: Ttft::default(),
+            inter_token_ms: 10.0,
+            inter_token_sigma: 0.0,
+            tokens: 16,
+            text: None,
+            tool_calls: Vec::new(),
+            tool_fragments: 12,
+            tool_first_with_role: false,
+            cold_start: None,
+            brownout: None,
+            failure: Failure::default(),
+            chunk_split: None,
+            seed: 0,
+        }
+    }
+}
+
+/// Time to first token: lognormal around `median_ms`, plus an occasional uniform stall.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Ttft {
+    pub median_ms: f64,
+    /// Lognormal sigma (0 = always exactly `median_ms`).
+    pub sigma: f64,
+    /// Probability of an extra stall before the first token.
+    pub stall_prob: f64,
+    pub stall_min_ms: f64,
+    pub stall_max_ms: f64,
+}
+
+impl Default for Ttft {
+    fn default() -> Self {
+        Ttft {
+            median_ms: 50.0,
+            sigma: 0.0,
+            stall_prob: 0.0,
+            stall_min_ms: 0.0,
+            stall_max_ms: 0.0,
+        }
+    }
+}
+
+/// One tool call of the answer. `arguments` is the JSON text the model "writes".
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolCallSpec {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// The first `requests` requests of the scenario get `extra_ms` more TTFT.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ColdStart {
+    pub requests: u64,
+    pub extra_ms: f64,
+}
+
+/// While `(sim clock % period) < duty * period`, TTFT gets `extra_ms` more. Time-based, so
+/// every route on one simulator degrades together.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Brownout {
+    pub period_ms: u64,
+    pub duty: f64,
+    pub extra_ms: f64,
+}
+
+/// Injected faults. All off by default; several may combine (the earliest one that ends the
+/// stream wins).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Failure {
+    /// Answer with this HTTP status and the wire's error body instead of a stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Share of requests that get `status` (when `fail_first_n` is not set).
+    pub status_rate: f64,
+    /// Only the first N requests get `status`; later ones are healthy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fail_first_n: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// Error message for status and in-band errors (a wire-typical one otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Abort the connection after this many content tokens (no terminal chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_after_tokens: Option<u32>,
+    /// Share of requests that drop (when `drop_after_tokens` is set).
+    pub drop_rate: f64,
+    /// Pause for `stall_ms` after this many content tokens, then carry on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_after_tokens: Option<u32>,
+    /// Length of that pause (default 60 s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_ms: Option<u64>,
+    /// Send one event that is not JSON after this many tokens, then end the body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub malformed_after_tokens: Option<u32>,
+    /// Send the wire's in-band error event after this many tokens, then end the body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_band_error_after_tokens: Option<u32>,
+    /// End the body cleanly after the last token, without the terminal signal (T11).
+    pub eof_before_finish: bool,
+    /// OpenAI: finish and usage chunks but no `[DONE]`; Anthropic: no `message_stop`.
+    pub missing_done: bool,
+    /// Start the body with a UTF-8 BOM (T15).
+    pub bom: bool,
+    /// Send an event with invalid UTF-8 inside after this many tokens, then end the body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalid_utf8_after_tokens: Option<u32>,
+    /// After the opening events, send one line of this many bytes with no newline, then end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub huge_line_bytes: Option<u64>,
+    /// Stop at half of the first tool call with `length` / `max_tokens` (T7, §3.9). A text
+    /// answer stops at half its tokens with the same reason.
+    pub length_in_tool_call: bool,
+    /// Refuse: Anthropic `stop_reason: "refusal"`, OpenAI `refusal` deltas + `stop`.
+    pub refusal: bool,
+}
+
+impl Default for Failure {
+    fn default() -> Self {
+        Failure {
+            status: None,
+            status_rate: 1.0,
+            fail_first_n: None,
+            retry_after_s: None,
+            retry_after_ms: None,
+            message: None,
+            drop_after_tokens: None,
+            drop_rate: 1.0,
+            stall_after_tokens: None,
+            stall_ms: None,
+            malformed_after_tokens: None,
+            in_band_error_after_tokens: None,
+            eof_before_finish: false,
+            missing_done: false,
+            bom: false,
+            invalid_utf8_after_tokens: None,
+            huge_line_bytes: None,
+            length_in_tool_call: false,
+            refusal: false,
+        }
+    }
+}
+
+/// The longest delay the simulator will ever sleep for one step.
+const MAX_DELAY: Duration = Duration::from_secs(24 * 3600);
+
+/// Milliseconds from a scenario (possibly NaN, negative or huge) as a safe `Duration`.
+pub(crate) fn ms(value: f64) -> Duration {
+    if !value.is_finite() || value <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::try_from_secs_f64(value / 1000.0)
+        .unwrap_or(MAX_DELAY)
+        .min(MAX_DELAY)
+}
+
+/// A probability from a scenario, clamped into `[0, 1]` (NaN = never).
+pub(crate) fn probability(value: f64) -> f64 {
+    if value.is_nan() {
+        0.0
+    } else {
+        value.clamp(0.0, 1.0)
+    }
+}

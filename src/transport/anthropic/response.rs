@@ -1,0 +1,494 @@
+//! Rendering answers in the Anthropic dialect: named SSE events (`event:` line plus `type`
+//! in the data, T13), the non-streaming `message`, and error bodies.
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::provider::ErrorClass;
+use crate::transport::error::ErrorReply;
+use crate::transport::events::Answer;
+use crate::transport::openai::served_model;
+use crate::transport::sse_out::{event_frame, to_json, Flow, FrameEncoder};
+use crate::types::{Envelope, FinishReason, StreamEvent, ToolCall, Usage};
+
+/// `msg_…` from the request id.
+pub fn message_id(request_id: &str) -> String {
+    format!("msg_{}", request_id.strip_prefix("req_").unwrap_or(request_id))
+}
+
+/// Anthropic's `stop_reason`. Truncation never reaches here (it ends with an error).
+pub fn stop_reason(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop | FinishReason::Truncated => "end_turn",
+        FinishReason::Length => "max_tokens",
+        FinishReason::ToolCalls => "tool_use",
+        FinishReason::Refusal | FinishReason::ContentFilter => "refusal",
+    }
+}
+
+/// Anthropic's `error.type` for a class of failure.
+pub fn error_type(class: ErrorClass) -> &'static str {
+    match class {
+        ErrorClass::BadRequest | ErrorClass::ContextLength | ErrorClass::Refusal => "invalid_request_error",
+        ErrorClass::RateLimited => "rate_limit_error",
+        ErrorClass::Overloaded | ErrorClass::NoRoute => "overloaded_error",
+        ErrorClass::Timeout => "timeout_error",
+        _ => "api_error",
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    error: ErrorDetail<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tailcut: Option<&'a Envelope>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: &'a str,
+}
+
+fn error_body(reply: &ErrorReply) -> ErrorBody<'_> {
+    ErrorBody {
+        kind: "error",
+        error: ErrorDetail {
+            kind: error_type(reply.class),
+            message: &reply.message,
+        },
+        tailcut: reply.envelope.as_ref(),
+    }
+}
+
+/// `{"type":"error","error":{"type","message"}}`: the HTTP body and the in-band event data.
+pub fn error_json(reply: &ErrorReply) -> Vec<u8> {
+    to_json(&error_body(reply))
+}
+
+/// `event: error`. No `message_stop` follows: the SDKs raise on it.
+pub fn error_frame(reply: &ErrorReply) -> Bytes {
+    event_frame("error", &error_body(reply))
+}
+
+#[derive(Serialize, Clone, Copy, Default)]
+struct WireUsage {
+    input_tokens: u32,
+    output_tokens: u32,
+}
+
+impl From<Usage> for WireUsage {
+    fn from(u: Usage) -> Self {
+        WireUsage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        }
+    }
+}
+
+/// A tool call's arguments as a JSON value, without re-serializing them. The mux only
+/// emits calls whose arguments parsed; an empty string means no arguments.
+fn tool_input(call: &ToolCall) -> Box<RawValue> {
+    let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
+    RawValue::from_string(text.to_string()).unwrap_or_else(|_| empty_input())
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text { text: &'a str },
+    ToolUse { id: &'a str, name: &'a str, input: Box<RawValue> },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockDelta<'a> {
+    TextDelta { text: &'a str },
+    InputJsonDelta { partial_json: &'a str },
+}
+
+#[derive(Serialize)]
+struct StopDelta {
+    stop_reason: &'static str,
+    stop_sequence: Option<()>,
+}
+
+#[derive(Serialize)]
+struct DeltaUsage {
+    output_tokens: u32,
+    input_tokens: u32,
+}
+
+/// The events after `message_start`, each named on its `event:` line and in `type`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Event<'a> {
+    ContentBlockStart { index: u32, content_block: Block<'a> },
+    ContentBlockDelta { index: u32, delta: BlockDelta<'a> },
+    ContentBlockStop { index: u32 },
+    MessageDelta { delta: StopDelta, usage: DeltaUsage, tailcut: &'a Envelope },
+    MessageStop,
+}
+
+impl Event<'_> {
+    fn frame(&self) -> Bytes {
+        let name = match self {
+            Event::ContentBlockStart { .. } => "content_block_start",
+            Event::ContentBlockDelta { .. } => "content_block_delta",
+            Event::ContentBlockStop { .. } => "content_block_stop",
+            Event::MessageDelta { .. } => "message_delta",
+            Event::MessageStop => "message_stop",
+        };
+        event_frame(name, self)
+    }
+}
+
+/// The keep-alive Anthropic itself sends.
+pub const PING_EVENT: &[u8] = b"event: ping\ndata: {\"type\":\"ping\"}\n\n";
+
+#[derive(Serialize)]
+struct MessageBody<'a> {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
+    content: Vec<Block<'a>>,
+    model: String,
+    stop_reason: Option<&'static str>,
+    stop_sequence: Option<()>,
+    usage: WireUsage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tailcut: Option<&'a Envelope>,
+}
+
+/// Renders a committed stream as Anthropic events, opening a content block per text run
+/// and per tool call, with indices contiguous from 0.
+pub struct EventEncoder {
+    message_id: String,
+    model: String,
+    envelope: Envelope,
+    next_index: u32,
+    text_open: bool,
+    usage: Option<Usage>,
+}
+
+impl EventEncoder {
+    pub fn new(request_id: &str, alias: &str, start: Envelope) -> Self {
+        EventEncoder {
+            message_id: message_id(request_id),
+            model: served_model(&start, alias),
+            envelope: start,
+            next_index: 0,
+            text_open: false,
+            usage: None,
+        }
+    }
+
+    /// `message_start`, with the envelope so far as an extra `tailcut` field.
+    pub fn start_frame(&self) -> Bytes {
+        #[derive(Serialize)]
+        struct MessageStart<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            message: MessageBody<'a>,
+            tailcut: &'a Envelope,
+        }
+        event_frame(
+            "message_start",
+            &MessageStart {
+                kind: "message_start",
+                message: MessageBody {
+                    id: self.message_id.clone(),
+                    kind: "message",
+                    role: "assistant",
+                    content: Vec::new(),
+                    model: self.model.clone(),
+                    stop_reason: None,
+                    stop_sequence: None,
+                    usage: WireUsage::default(),
+                    tailcut: None,
+                },
+                tailcut: &self.envelope,
+            },
+        )
+    }
+
+    fn block_stop(&mut self, out: &mut Vec<Bytes>) {
+        out.push(Event::ContentBlockStop { index: self.next_index }.frame());
+        self.next_index += 1;
+    }
+
+    fn close_text(&mut self, out: &mut Vec<Bytes>) {
+        if self.text_open {
+            self.text_open = false;
+            self.block_stop(out);
+        }
+    }
+
+    fn text(&mut self, text: &str, out: &mut Vec<Bytes>) {
+        let index = self.next_index;
+        if !self.text_open {
+            out.push(Event::ContentBlockStart { index, content_block: Block::Text { text: "" } }.frame());
+            self.text_open = true;
+        }
+        out.push(Event::ContentBlockDelta { index, delta: BlockDelta::TextDelta { text } }.frame());
+    }
+
+    /// A complete call: start (empty input), one delta carrying all of it, stop.
+    fn tool_call(&mut self, call: &ToolCall, out: &mut Vec<Bytes>) {
+        self.close_text(out);
+        let index = self.next_index;
+        let content_block = Block::ToolUse { id: &call.id, name: &call.name, input: empty_input() };
+        out.push(Event::ContentBlockStart { index, content_block }.frame());
+        let delta = BlockDelta::InputJsonDelta { partial_json: &call.arguments };
+        out.push(Event::ContentBlockDelta { index, delta }.frame());
+        self.block_stop(out);
+    }
+
+    fn finish(&mut self, reason: FinishReason, envelope: &Envelope, out: &mut Vec<Bytes>) {
+        self.close_text(out);
+        let usage = self.usage.unwrap_or_default();
+        out.push(
+            Event::MessageDelta {
+                delta: StopDelta { stop_reason: stop_reason(reason), stop_sequence: None },
+                usage: DeltaUsage { output_tokens: usage.output_tokens, input_tokens: usage.input_tokens },
+                tailcut: envelope,
+            }
+            .frame(),
+        );
+        out.push(Event::MessageStop.frame());
+    }
+}
+
+fn empty_input() -> Box<RawValue> {
+    RawValue::from_string("{}".to_string()).unwrap_or_default()
+}
+
+impl FrameEncoder for EventEncoder {
+    fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
+        match event {
+            StreamEvent::Start(envelope) => self.envelope = envelope,
+            StreamEvent::TextDelta(text) if text.is_empty() => {}
+            StreamEvent::TextDelta(text) => self.text(&text, out),
+            StreamEvent::ToolCall(call) => self.tool_call(&call, out),
+            // This dialect cannot take text back; the mux only resets dialects that can.
+            StreamEvent::Reset { reason } => {
+                out.push(error_frame(&ErrorReply::reset(&reason, Some(self.envelope.clone()))));
+                return Flow::End;
+            }
+            StreamEvent::RouteSwitch { .. } => {}
+            StreamEvent::Usage(usage) => self.usage = Some(usage),
+            StreamEvent::Finish {
+                reason: FinishReason::Truncated,
+                envelope,
+            } => {
+                out.push(error_frame(&ErrorReply::truncated(envelope)));
+                return Flow::End;
+            }
+            StreamEvent::Finish { reason, envelope } => {
+                self.finish(reason, &envelope, out);
+                return Flow::End;
+            }
+            StreamEvent::Error(e) => {
+                out.push(error_frame(&ErrorReply::from_event(e)));
+                return Flow::End;
+            }
+        }
+        Flow::Continue
+    }
+
+    fn encode_unfinished(&mut self, out: &mut Vec<Bytes>) {
+        let reply = ErrorReply::broken_stream("ended without a finish", Some(self.envelope.clone()));
+        out.push(error_frame(&reply));
+    }
+}
+
+/// The non-streaming `message` body, with the envelope as an extra `tailcut` field.
+pub fn message_json(request_id: &str, alias: &str, answer: &Answer) -> Vec<u8> {
+    let mut content = Vec::new();
+    if !answer.text.is_empty() {
+        content.push(Block::Text { text: &answer.text });
+    }
+    for call in &answer.tool_calls {
+        content.push(Block::ToolUse {
+            id: &call.id,
+            name: &call.name,
+            input: tool_input(call),
+        });
+    }
+    to_json(&MessageBody {
+        id: message_id(request_id),
+        kind: "message",
+        role: "assistant",
+        content,
+        model: served_model(&answer.envelope, alias),
+        stop_reason: Some(stop_reason(answer.finish)),
+        stop_sequence: None,
+        usage: answer.usage.map(WireUsage::from).unwrap_or_default(),
+        tailcut: Some(&answer.envelope),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ErrorEvent;
+
+    fn start() -> Envelope {
+        Envelope {
+            route: Some("anthropic-eu".into()),
+            model: Some("claude-x".into()),
+            ..Envelope::default()
+        }
+    }
+
+    fn encoder() -> EventEncoder {
+        EventEncoder::new("req_abc", "chat", start())
+    }
+
+    fn run(enc: &mut EventEncoder, events: Vec<StreamEvent>) -> (String, Flow) {
+        let mut out = Vec::new();
+        let mut flow = Flow::Continue;
+        for e in events {
+            flow = enc.encode(e, &mut out);
+        }
+        (out.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect(), flow)
+    }
+
+    fn env_json(env: &Envelope) -> String {
+        serde_json::to_string(env).expect("envelope serializes")
+    }
+
+    #[test]
+    fn message_start_carries_id_served_model_usage_and_envelope() {
+        let frame = String::from_utf8_lossy(&encoder().start_frame()).into_owned();
+        assert_eq!(
+            frame,
+            format!(
+                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"msg_abc\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-x\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{{\"input_tokens\":0,\"output_tokens\":0}}}},\"tailcut\":{}}}\n\n",
+                env_json(&start())
+            ),
+            "message_start golden"
+        );
+    }
+
+    #[test]
+    fn text_then_tool_call_then_finish_is_the_full_event_sequence() {
+        let call = ToolCall {
+            index: 0,
+            id: "toolu_1".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"city":"Paris"}"#.into(),
+        };
+        let (text, flow) = run(
+            &mut encoder(),
+            vec![
+                StreamEvent::TextDelta("Hi".into()),
+                StreamEvent::TextDelta("!".into()),
+                StreamEvent::ToolCall(call),
+                StreamEvent::Usage(Usage { input_tokens: 10, output_tokens: 4 }),
+                StreamEvent::Finish { reason: FinishReason::ToolCalls, envelope: start() },
+            ],
+        );
+        let expected = format!(
+            "event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n\
+             event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"Hi\"}}}}\n\n\
+             event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"!\"}}}}\n\n\
+             event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+             event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":1,\"content_block\":{{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":{{}}}}}}\n\n\
+             event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":\"{{\\\"city\\\":\\\"Paris\\\"}}\"}}}}\n\n\
+             event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":1}}\n\n\
+             event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"tool_use\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":4,\"input_tokens\":10}},\"tailcut\":{}}}\n\n\
+             event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n",
+            env_json(&start())
+        );
+        assert_eq!(text, expected, "Anthropic event sequence golden");
+        assert_eq!(flow, Flow::End, "finish ends the stream");
+    }
+
+    #[test]
+    fn text_after_a_tool_call_opens_a_new_block() {
+        let call = ToolCall { index: 0, id: "t".into(), name: "f".into(), arguments: "{}".into() };
+        let (text, _) = run(&mut encoder(), vec![StreamEvent::ToolCall(call), StreamEvent::TextDelta("x".into())]);
+        assert!(
+            text.contains("\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\""),
+            "the text block takes the next index: {text}"
+        );
+    }
+
+    #[test]
+    fn stop_reasons_map_to_anthropic_values() {
+        assert_eq!(stop_reason(FinishReason::Stop), "end_turn", "stop");
+        assert_eq!(stop_reason(FinishReason::Length), "max_tokens", "length");
+        assert_eq!(stop_reason(FinishReason::ToolCalls), "tool_use", "tool calls");
+        assert_eq!(stop_reason(FinishReason::Refusal), "refusal", "refusal");
+    }
+
+    #[test]
+    fn error_after_commit_is_an_error_event_without_message_stop() {
+        let (text, flow) = run(
+            &mut encoder(),
+            vec![
+                StreamEvent::TextDelta("par".into()),
+                StreamEvent::Error(ErrorEvent {
+                    class: ErrorClass::Unavailable,
+                    status: 502,
+                    message: "route died".into(),
+                    retry_after: None,
+                    envelope: start(),
+                }),
+            ],
+        );
+        let expected_tail = format!(
+            "event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"api_error\",\"message\":\"route died\"}},\"tailcut\":{}}}\n\n",
+            env_json(&start())
+        );
+        assert!(text.ends_with(&expected_tail), "error event golden: {text}");
+        assert!(!text.contains("message_stop"), "no message_stop after an error");
+        assert_eq!(flow, Flow::End, "the error ends the stream");
+    }
+
+    #[test]
+    fn truncation_and_reset_end_with_an_error_event() {
+        let (text, flow) = run(&mut encoder(), vec![StreamEvent::Finish { reason: FinishReason::Truncated, envelope: start() }]);
+        assert!(text.starts_with("event: error\n"), "truncation is an error: {text}");
+        assert_eq!(flow, Flow::End, "and ends the stream");
+        let (text, _) = run(&mut encoder(), vec![StreamEvent::Reset { reason: "x".into() }]);
+        assert!(text.starts_with("event: error\n"), "reset is an error: {text}");
+    }
+
+    #[test]
+    fn error_types_follow_anthropic_names() {
+        assert_eq!(error_type(ErrorClass::RateLimited), "rate_limit_error", "429");
+        assert_eq!(error_type(ErrorClass::Overloaded), "overloaded_error", "busy");
+        assert_eq!(error_type(ErrorClass::BadRequest), "invalid_request_error", "400");
+        assert_eq!(error_type(ErrorClass::Timeout), "timeout_error", "504");
+        assert_eq!(error_type(ErrorClass::Unavailable), "api_error", "5xx");
+        let json: serde_json::Value = serde_json::from_slice(&error_json(&ErrorReply::busy())).expect("JSON");
+        assert_eq!(json["type"], "error", "top-level type");
+        assert_eq!(json["error"]["type"], "overloaded_error", "nested type");
+    }
+
+    #[test]
+    fn message_json_has_blocks_with_parsed_tool_input() {
+        let answer = Answer {
+            text: "Let me check.".into(),
+            tool_calls: vec![ToolCall { index: 0, id: "toolu_1".into(), name: "f".into(), arguments: r#"{"a":1}"#.into() }],
+            usage: Some(Usage { input_tokens: 3, output_tokens: 5 }),
+            finish: FinishReason::ToolCalls,
+            envelope: start(),
+        };
+        let json: serde_json::Value = serde_json::from_slice(&message_json("req_abc", "chat", &answer)).expect("JSON");
+        assert_eq!(json["id"], "msg_abc", "message id");
+        assert_eq!(json["type"], "message", "type");
+        assert_eq!(json["content"][0], serde_json::json!({"type": "text", "text": "Let me check."}), "text block");
+        assert_eq!(json["content"][1]["input"], serde_json::json!({"a": 1}), "input is an object, not a string");
+        assert_eq!(json["stop_reason"], "tool_use", "stop reason");
+        assert_eq!(json["usage"]["output_tokens"], 5, "usage");
+        assert_eq!(json["tailcut"]["route"], "anthropic-eu", "envelope");
+    }
+}

@@ -1,0 +1,162 @@
+//! Reading the gateway's event stream: waiting for the commit point, and draining a
+//! committed stream into one complete answer for non-streaming replies.
+
+use futures::StreamExt;
+
+use super::error::ErrorReply;
+use crate::types::{Envelope, EventStream, FinishReason, StreamEvent, ToolCall, Usage};
+
+/// Waits for the first event. `Start` commits (its envelope is returned); `Error` means
+/// nothing was committed and the client gets a real HTTP error.
+pub async fn await_commit(events: &mut EventStream) -> Result<Envelope, ErrorReply> {
+    match events.next().await {
+        Some(StreamEvent::Start(envelope)) => Ok(envelope),
+        Some(StreamEvent::Error(e)) => Err(ErrorReply::from_event(e)),
+        Some(_) => Err(ErrorReply::broken_stream("did not begin with a start", None)),
+        None => Err(ErrorReply::broken_stream("ended before it started", None)),
+    }
+}
+
+/// A whole answer, drained from a committed stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Option<Usage>,
+    pub finish: FinishReason,
+    pub envelope: Envelope,
+}
+
+/// Drains a stream after `Start`. A `Reset` simply discards what was gathered (nothing
+/// was sent yet, so a restart is invisible here). A truncated answer, an error after
+/// commit, or a stream that stops without finishing becomes an error reply: a
+/// non-streaming client must never get a partial answer that looks complete.
+pub async fn drain(start: Envelope, mut events: EventStream) -> Result<Answer, ErrorReply> {
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    let mut usage = None;
+    while let Some(event) = events.next().await {
+        match event {
+            StreamEvent::Start(_) | StreamEvent::RouteSwitch { .. } => {}
+            StreamEvent::TextDelta(t) => text.push_str(&t),
+            StreamEvent::ToolCall(call) => tool_calls.push(call),
+            StreamEvent::Reset { .. } => {
+                text.clear();
+                tool_calls.clear();
+            }
+            StreamEvent::Usage(u) => usage = Some(u),
+            StreamEvent::Finish {
+                reason: FinishReason::Truncated,
+                envelope,
+            } => return Err(ErrorReply::truncated(envelope)),
+            StreamEvent::Finish { reason, envelope } => {
+                return Ok(Answer {
+                    text,
+                    tool_calls,
+                    usage,
+                    finish: reason,
+                    envelope,
+                })
+            }
+            StreamEvent::Error(e) => return Err(ErrorReply::after_commit(e)),
+        }
+    }
+    Err(ErrorReply::broken_stream("ended without a finish", Some(start)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ErrorClass;
+    use crate::types::ErrorEvent;
+    use futures::stream;
+
+    fn events(list: Vec<StreamEvent>) -> EventStream {
+        Box::pin(stream::iter(list))
+    }
+
+    fn finish(reason: FinishReason) -> StreamEvent {
+        StreamEvent::Finish {
+            reason,
+            envelope: Envelope::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn commit_is_the_start_event() {
+        let mut s = events(vec![StreamEvent::Start(Envelope {
+            attempts: 2,
+            ..Envelope::default()
+        })]);
+        let env = await_commit(&mut s).await;
+        assert_eq!(env.map(|e| e.attempts), Ok(2), "start's envelope is returned");
+    }
+
+    #[tokio::test]
+    async fn an_error_first_is_an_http_error_with_its_status() {
+        let mut s = events(vec![StreamEvent::Error(ErrorEvent {
+            class: ErrorClass::RateLimited,
+            status: 429,
+            message: "all routes rate limited".into(),
+            retry_after: Some(std::time::Duration::from_secs(2)),
+            envelope: Envelope::default(),
+        })]);
+        let reply = await_commit(&mut s).await.err();
+        assert_eq!(reply.as_ref().map(|r| r.status), Some(429), "the mux's status is kept");
+        assert_eq!(reply.and_then(|r| r.retry_after_ms()), Some(2000), "retry hint is kept");
+    }
+
+    #[tokio::test]
+    async fn text_before_start_breaks_the_contract() {
+        let mut s = events(vec![StreamEvent::TextDelta("hi".into())]);
+        assert_eq!(await_commit(&mut s).await.err().map(|r| r.status), Some(500), "internal error");
+    }
+
+    #[tokio::test]
+    async fn drain_gathers_text_tools_and_usage() {
+        let call = ToolCall {
+            index: 0,
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+        };
+        let s = events(vec![
+            StreamEvent::TextDelta("Hel".into()),
+            StreamEvent::TextDelta("lo".into()),
+            StreamEvent::ToolCall(call.clone()),
+            StreamEvent::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 2,
+            }),
+            finish(FinishReason::ToolCalls),
+        ]);
+        let answer = drain(Envelope::default(), s).await;
+        let answer = answer.as_ref().ok();
+        assert_eq!(answer.map(|a| a.text.as_str()), Some("Hello"), "text is joined");
+        assert_eq!(answer.map(|a| a.tool_calls.clone()), Some(vec![call]), "tool calls kept");
+        assert_eq!(answer.and_then(|a| a.usage).map(|u| u.output_tokens), Some(2), "usage kept");
+    }
+
+    #[tokio::test]
+    async fn reset_discards_what_was_gathered() {
+        let s = events(vec![
+            StreamEvent::TextDelta("wrong".into()),
+            StreamEvent::Reset { reason: "route failed".into() },
+            StreamEvent::TextDelta("right".into()),
+            finish(FinishReason::Stop),
+        ]);
+        let text = drain(Envelope::default(), s).await.map(|a| a.text);
+        assert_eq!(text, Ok("right".to_string()), "only the text after the reset survives");
+    }
+
+    #[tokio::test]
+    async fn truncated_and_unfinished_answers_are_errors() {
+        let s = events(vec![StreamEvent::TextDelta("par".into()), finish(FinishReason::Truncated)]);
+        let reply = drain(Envelope::default(), s).await.err();
+        assert_eq!(reply.and_then(|r| r.code), Some("truncated"), "truncation is not a success");
+
+        let s = events(vec![StreamEvent::TextDelta("par".into())]);
+        let reply = drain(Envelope::default(), s).await.err();
+        assert_eq!(reply.map(|r| r.status), Some(500), "a stream that just stops is an error");
+    }
+}

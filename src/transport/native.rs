@@ -1,0 +1,294 @@
+//! The native dialect's server messages (`start`, `delta`, `tool_call`, `reset`,
+//! `route_switch`, `usage`, `done`, `error`), shared by the WebSocket and native SSE
+//! transports. Unlike the SDK dialects it can say everything: resets, route switches and
+//! truncation are first-class.
+
+use serde::Serialize;
+
+use super::error::ErrorReply;
+use crate::gateway::{GatewayError, RequestCtx};
+use crate::types::{Envelope, ErrorEvent, FinishReason, Level, ResponseType, StreamEvent, ToolCall, Usage};
+
+/// One server-to-client message, tagged by `type`, carrying the request's `id`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    Start {
+        id: String,
+        route: Option<String>,
+        model: Option<String>,
+        level: Level,
+        hedged: bool,
+        envelope: Envelope,
+    },
+    Delta {
+        id: String,
+        text: String,
+    },
+    /// Always a complete call with valid arguments.
+    ToolCall {
+        id: String,
+        call: ToolCall,
+    },
+    /// Discard everything received for this id so far; the answer starts over.
+    Reset {
+        id: String,
+        reason: String,
+    },
+    RouteSwitch {
+        id: String,
+        from: String,
+        to: String,
+    },
+    Usage {
+        id: String,
+        usage: Usage,
+    },
+    Done {
+        id: String,
+        finish_reason: FinishReason,
+        envelope: Envelope,
+    },
+    Error {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        class: String,
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        envelope: Option<Envelope>,
+    },
+    /// WebSocket only: the request was cancelled by the client and will send nothing more.
+    Cancelled {
+        id: String,
+    },
+}
+
+impl ServerMessage {
+    /// Renders one stream event for request `id`; the flag is true for terminal events.
+    pub fn from_event(id: &str, event: StreamEvent) -> (ServerMessage, bool) {
+        let id = id.to_string();
+        match event {
+            StreamEvent::Start(envelope) => (
+                ServerMessage::Start {
+                    id,
+                    route: envelope.route.clone(),
+                    model: envelope.model.clone(),
+                    level: envelope.level,
+                    hedged: envelope.hedged,
+                    envelope,
+                },
+                false,
+            ),
+            StreamEvent::TextDelta(text) => (ServerMessage::Delta { id, text }, false),
+            StreamEvent::ToolCall(call) => (ServerMessage::ToolCall { id, call }, false),
+            StreamEvent::Reset { reason } => (ServerMessage::Reset { id, reason }, false),
+            StreamEvent::RouteSwitch { from, to } => (ServerMessage::RouteSwitch { id, from, to }, false),
+            StreamEvent::Usage(usage) => (ServerMessage::Usage { id, usage }, false),
+            StreamEvent::Finish { reason, envelope } => (
+                ServerMessage::Done {
+                    id,
+                    finish_reason: reason,
+                    envelope,
+                },
+                true,
+            ),
+            StreamEvent::Error(e) => (ServerMessage::from_error_event(Some(id), e), true),
+        }
+    }
+
+    pub fn from_error_event(id: Option<String>, e: ErrorEvent) -> ServerMessage {
+        ServerMessage::from_reply(id, &ErrorReply::from_event(e))
+    }
+
+    pub fn from_reply(id: Option<String>, reply: &ErrorReply) -> ServerMessage {
+        ServerMessage::Error {
+            id,
+            class: reply.class.as_str().to_string(),
+            message: reply.message.clone(),
+            retry_after_ms: reply.retry_after_ms(),
+            envelope: reply.envelope.clone(),
+        }
+    }
+
+    pub fn from_gateway(id: Option<String>, e: &GatewayError) -> ServerMessage {
+        ServerMessage::from_reply(id, &ErrorReply::from_gateway(e))
+    }
+
+    /// The `type` tag, used as the SSE event name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ServerMessage::Start { .. } => "start",
+            ServerMessage::Delta { .. } => "delta",
+            ServerMessage::ToolCall { .. } => "tool_call",
+            ServerMessage::Reset { .. } => "reset",
+            ServerMessage::RouteSwitch { .. } => "route_switch",
+            ServerMessage::Usage { .. } => "usage",
+            ServerMessage::Done { .. } => "done",
+            ServerMessage::Error { .. } => "error",
+            ServerMessage::Cancelled { .. } => "cancelled",
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        String::from_utf8(super::sse_out::to_json(self)).unwrap_or_default()
+    }
+}
+
+/// Per-request knobs a native client can set in the message itself (the SDK dialects use
+/// `x-tailcut-*` headers for the same things).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChatOptions {
+    pub response_type: Option<String>,
+    pub hedge: Option<bool>,
+    pub deadline_ms: Option<u64>,
+    pub priority: Option<String>,
+    pub session: Option<String>,
+    pub region: Option<String>,
+}
+
+impl ChatOptions {
+    /// Applies the options over a context built from the connection's headers.
+    pub fn apply(&self, ctx: &mut RequestCtx) -> Result<(), ErrorReply> {
+        if let Some(t) = &self.response_type {
+            ctx.response_type = Some(ResponseType::parse(t).ok_or_else(|| {
+                ErrorReply::bad_request(format!("options.response_type must be prose, structured, tool or voice, not {t:?}"))
+            })?);
+        }
+        if let Some(hedge) = self.hedge {
+            ctx.hedge_off = !hedge;
+        }
+        if let Some(ms) = self.deadline_ms {
+            if ms == 0 {
+                return Err(ErrorReply::bad_request("options.deadline_ms must be positive"));
+            }
+            ctx.deadline = Some(std::time::Duration::from_millis(ms));
+        }
+        if let Some(p) = &self.priority {
+            ctx.priority = match p.to_ascii_lowercase().as_str() {
+                "interactive" => crate::gateway::Priority::Interactive,
+                "batch" => crate::gateway::Priority::Batch,
+                _ => return Err(ErrorReply::bad_request(format!("options.priority must be interactive or batch, not {p:?}"))),
+            };
+        }
+        if let Some(s) = self.session.as_ref().filter(|s| !s.is_empty()) {
+            ctx.session = Some(s.clone());
+        }
+        if let Some(r) = self.region.as_ref().filter(|r| !r.is_empty()) {
+            ctx.region = Some(r.clone());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::{Dialect, Priority};
+    use crate::provider::ErrorClass;
+    use serde_json::json;
+
+    fn to_value(m: &ServerMessage) -> serde_json::Value {
+        serde_json::from_str(&m.to_json()).expect("valid JSON")
+    }
+
+    #[test]
+    fn start_carries_route_model_level_hedged_and_envelope() {
+        let env = Envelope {
+            route: Some("r1".into()),
+            model: Some("m1".into()),
+            level: Level::L1,
+            hedged: true,
+            ..Envelope::default()
+        };
+        let (msg, terminal) = ServerMessage::from_event("c1", StreamEvent::Start(env));
+        let v = to_value(&msg);
+        assert!(!terminal, "start is not terminal");
+        assert_eq!(
+            (&v["type"], &v["id"], &v["route"], &v["model"], &v["level"], &v["hedged"]),
+            (&json!("start"), &json!("c1"), &json!("r1"), &json!("m1"), &json!("L1"), &json!(true)),
+            "start fields"
+        );
+        assert_eq!(v["envelope"]["route"], "r1", "full envelope included");
+    }
+
+    #[test]
+    fn every_event_has_its_native_shape() {
+        let call = ToolCall { index: 0, id: "call_1".into(), name: "f".into(), arguments: "{\"a\":1}".into() };
+        let cases = vec![
+            (StreamEvent::TextDelta("hi".into()), json!({"type": "delta", "id": "c1", "text": "hi"})),
+            (
+                StreamEvent::ToolCall(call),
+                json!({"type": "tool_call", "id": "c1", "call": {"index": 0, "id": "call_1", "name": "f", "arguments": "{\"a\":1}"}}),
+            ),
+            (StreamEvent::Reset { reason: "route failed".into() }, json!({"type": "reset", "id": "c1", "reason": "route failed"})),
+            (
+                StreamEvent::RouteSwitch { from: "a".into(), to: "b".into() },
+                json!({"type": "route_switch", "id": "c1", "from": "a", "to": "b"}),
+            ),
+            (
+                StreamEvent::Usage(Usage { input_tokens: 1, output_tokens: 2 }),
+                json!({"type": "usage", "id": "c1", "usage": {"input_tokens": 1, "output_tokens": 2}}),
+            ),
+        ];
+        for (event, want) in cases {
+            let (msg, terminal) = ServerMessage::from_event("c1", event);
+            assert_eq!(to_value(&msg), want, "shape of {}", msg.name());
+            assert!(!terminal, "{} is not terminal", msg.name());
+        }
+    }
+
+    #[test]
+    fn done_and_error_are_terminal_and_truncation_is_said_plainly() {
+        let (msg, terminal) = ServerMessage::from_event(
+            "c1",
+            StreamEvent::Finish { reason: FinishReason::Truncated, envelope: Envelope::default() },
+        );
+        assert!(terminal, "done is terminal");
+        assert_eq!(to_value(&msg)["finish_reason"], "truncated", "native clients see truncation as such");
+
+        let (msg, terminal) = ServerMessage::from_event(
+            "c1",
+            StreamEvent::Error(ErrorEvent {
+                class: ErrorClass::RateLimited,
+                status: 429,
+                message: "slow down".into(),
+                retry_after: Some(std::time::Duration::from_millis(1500)),
+                envelope: Envelope::default(),
+            }),
+        );
+        assert!(terminal, "error is terminal");
+        let v = to_value(&msg);
+        assert_eq!((&v["class"], &v["retry_after_ms"]), (&json!("rate_limited"), &json!(1500)), "class and retry hint");
+    }
+
+    #[test]
+    fn options_override_the_connection_context() {
+        let mut ctx = RequestCtx::new(Dialect::Native);
+        let opts = ChatOptions {
+            response_type: Some("voice".into()),
+            hedge: Some(false),
+            deadline_ms: Some(2500),
+            priority: Some("batch".into()),
+            session: Some("s1".into()),
+            region: Some("eu".into()),
+        };
+        opts.apply(&mut ctx).expect("valid options apply");
+        assert_eq!(ctx.response_type, Some(ResponseType::Voice), "response type");
+        assert!(ctx.hedge_off, "hedge off");
+        assert_eq!(ctx.deadline, Some(std::time::Duration::from_millis(2500)), "deadline");
+        assert_eq!(ctx.priority, Priority::Batch, "priority");
+        assert_eq!((ctx.session.as_deref(), ctx.region.as_deref()), (Some("s1"), Some("eu")), "session and region");
+    }
+
+    #[test]
+    fn invalid_options_are_bad_requests() {
+        let mut ctx = RequestCtx::new(Dialect::Native);
+        let bad = ChatOptions { response_type: Some("poetry".into()), ..ChatOptions::default() };
+        assert_eq!(bad.apply(&mut ctx).map_err(|e| e.status), Err(400), "unknown response type");
+        let bad = ChatOptions { deadline_ms: Some(0), ..ChatOptions::default() };
+        assert_eq!(bad.apply(&mut ctx).map_err(|e| e.status), Err(400), "zero deadline");
+    }
+}

@@ -1,0 +1,265 @@
+//! The OpenAI dialect: `POST /v1/chat/completions` (SSE chunks or one JSON completion) and
+//! `GET /v1/models`, as the official openai SDKs expect them.
+
+mod request;
+mod response;
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Serialize;
+use tokio::sync::OwnedSemaphorePermit;
+
+pub use request::{decode_request, decode_value};
+pub use response::{completion_id, error_type, finish_reason, ChunkEncoder};
+
+use super::error::ErrorReply;
+use super::events::{await_commit, drain};
+use super::sse_out::{encoded, envelope_headers, json_response, sse_response, to_json, PING_COMMENT};
+use crate::gateway::{Dialect, ModelInfo, RequestCtx};
+use crate::server::AppState;
+use crate::types::EventStream;
+
+/// How a committed OpenAI answer is to be sent.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub request_id: String,
+    /// The client's model name, used only if the envelope names no upstream model.
+    pub alias: String,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub keepalive: Duration,
+}
+
+pub async fn chat_completions(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let ctx = match RequestCtx::from_headers(&headers, Dialect::OpenAi) {
+        Ok(ctx) => ctx,
+        Err(e) => return error_response(&ErrorReply::from_gateway(&e), &RequestCtx::new(Dialect::OpenAi).request_id),
+    };
+    let Ok(permit) = state.streams.clone().try_acquire_owned() else {
+        return error_response(&ErrorReply::busy(), &ctx.request_id);
+    };
+    let req = match decode_request(&body) {
+        Ok(req) => req,
+        Err(e) => return error_response(&e.into(), &ctx.request_id),
+    };
+    let how = Reply {
+        request_id: ctx.request_id.clone(),
+        alias: req.model.clone(),
+        stream: req.stream,
+        include_usage: req.include_usage,
+        keepalive: state.config.server.sse_keepalive,
+    };
+    match state.gateway.chat(req, ctx) {
+        Ok(events) => reply(events, how, permit).await,
+        Err(e) => error_response(&ErrorReply::from_gateway(&e), &how.request_id),
+    }
+}
+
+/// Waits for the commit point, then streams chunks or drains into one completion. Before
+/// commit every failure is a real HTTP error; the permit is held until the reply ends.
+pub async fn reply(mut events: EventStream, how: Reply, permit: OwnedSemaphorePermit) -> Response {
+    let start = match await_commit(&mut events).await {
+        Ok(envelope) => envelope,
+        Err(e) => return error_response(&e, &how.request_id),
+    };
+    let created = unix_now();
+    if how.stream {
+        let headers = envelope_headers(&start, &how.request_id);
+        let encoder = ChunkEncoder::new(&how.request_id, &how.alias, created, start, how.include_usage);
+        let first = vec![encoder.role_frame()];
+        let frames = encoded(first, events, encoder);
+        return sse_response(headers, frames, how.keepalive, Bytes::from_static(PING_COMMENT), permit);
+    }
+    let answer = drain(start, events).await;
+    drop(permit);
+    match answer {
+        Ok(answer) => json_response(
+            200,
+            envelope_headers(&answer.envelope, &how.request_id),
+            response::completion_json(&how.request_id, &how.alias, created, &answer),
+        ),
+        Err(e) => error_response(&e, &how.request_id),
+    }
+}
+
+/// An HTTP error in OpenAI's format, with `retry-after` when there is a retry hint.
+pub fn error_response(reply: &ErrorReply, request_id: &str) -> Response {
+    json_response(reply.status, reply.headers(request_id), response::error_json(reply))
+}
+
+pub async fn list_models(State(state): State<AppState>) -> Response {
+    json_response(200, HeaderMap::new(), models_json(&state.gateway.models()))
+}
+
+#[derive(Serialize)]
+struct ModelList<'a> {
+    object: &'static str,
+    data: Vec<ModelEntry<'a>>,
+}
+
+#[derive(Serialize)]
+struct ModelEntry<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    owned_by: &'static str,
+}
+
+/// `{"object":"list","data":[{"id","object":"model","created","owned_by":"tailcut"}]}`.
+pub fn models_json(models: &[ModelInfo]) -> Vec<u8> {
+    to_json(&ModelList {
+        object: "list",
+        data: models
+            .iter()
+            .map(|m| ModelEntry {
+                id: &m.name,
+                object: "model",
+                created: 0,
+                owned_by: "tailcut",
+            })
+            .collect(),
+    })
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ErrorClass;
+    use crate::types::{Envelope, ErrorEvent, FinishReason, StreamEvent};
+    use futures::stream;
+    use http_body_util::BodyExt;
+    use std::sync::Arc;
+    use tokio::sync::Semaphore;
+
+    fn how(stream: bool) -> Reply {
+        Reply {
+            request_id: "req_t1".into(),
+            alias: "chat".into(),
+            stream,
+            include_usage: false,
+            keepalive: Duration::from_secs(15),
+        }
+    }
+
+    fn permit(sem: &Arc<Semaphore>) -> OwnedSemaphorePermit {
+        sem.clone().try_acquire_owned().expect("a free permit in the test")
+    }
+
+    fn served() -> Envelope {
+        Envelope {
+            route: Some("openai-eu".into()),
+            model: Some("gpt-4o-mini".into()),
+            ..Envelope::default()
+        }
+    }
+
+    async fn body_text(resp: Response) -> String {
+        let bytes = resp.into_body().collect().await.expect("body collects").to_bytes();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[tokio::test]
+    async fn error_before_commit_is_a_real_http_error_with_retry_after() {
+        let sem = Arc::new(Semaphore::new(1));
+        let events: EventStream = Box::pin(stream::iter(vec![StreamEvent::Error(ErrorEvent {
+            class: ErrorClass::RateLimited,
+            status: 429,
+            message: "every route is rate limited".into(),
+            retry_after: Some(Duration::from_millis(1500)),
+            envelope: Envelope::default(),
+        })]));
+        let resp = reply(events, how(true), permit(&sem)).await;
+        assert_eq!(resp.status(), 429, "status from the error event");
+        assert_eq!(resp.headers().get("retry-after").map(|v| v.as_bytes()), Some(&b"2"[..]), "rounded up");
+        let body = body_text(resp).await;
+        assert!(body.contains("\"type\":\"rate_limit_error\""), "OpenAI error JSON: {body}");
+        assert_eq!(sem.available_permits(), 1, "the permit is released with the error");
+    }
+
+    #[tokio::test]
+    async fn streamed_reply_has_sse_headers_chunks_and_done() {
+        let sem = Arc::new(Semaphore::new(1));
+        let events: EventStream = Box::pin(stream::iter(vec![
+            StreamEvent::Start(served()),
+            StreamEvent::TextDelta("Hi".into()),
+            StreamEvent::Finish {
+                reason: FinishReason::Stop,
+                envelope: served(),
+            },
+        ]));
+        let resp = reply(events, how(true), permit(&sem)).await;
+        assert_eq!(resp.status(), 200, "committed");
+        let h = resp.headers();
+        assert_eq!(h.get("content-type").map(|v| v.as_bytes()), Some(&b"text/event-stream"[..]), "SSE");
+        assert_eq!(h.get("x-accel-buffering").map(|v| v.as_bytes()), Some(&b"no"[..]), "no proxy buffering");
+        assert_eq!(h.get("x-tailcut-route").map(|v| v.as_bytes()), Some(&b"openai-eu"[..]), "route header");
+        assert_eq!(sem.available_permits(), 0, "the permit is held while the body streams");
+        let body = body_text(resp).await;
+        assert!(body.contains("\"role\":\"assistant\""), "role chunk first: {body}");
+        assert!(body.contains("\"content\":\"Hi\""), "content chunk: {body}");
+        assert!(body.ends_with("data: [DONE]\n\n"), "ends with [DONE]: {body}");
+        assert!(!body.contains("\nid:") && !body.contains("event:"), "no id: or event: lines: {body}");
+        assert_eq!(sem.available_permits(), 1, "the permit is released when the body ends");
+    }
+
+    #[tokio::test]
+    async fn non_streamed_reply_is_one_completion() {
+        let sem = Arc::new(Semaphore::new(1));
+        let events: EventStream = Box::pin(stream::iter(vec![
+            StreamEvent::Start(served()),
+            StreamEvent::TextDelta("Hello".into()),
+            StreamEvent::Finish {
+                reason: FinishReason::Stop,
+                envelope: served(),
+            },
+        ]));
+        let resp = reply(events, how(false), permit(&sem)).await;
+        assert_eq!(resp.status(), 200, "ok");
+        let json: serde_json::Value = serde_json::from_str(&body_text(resp).await).expect("JSON body");
+        assert_eq!(json["choices"][0]["message"]["content"], "Hello", "whole text");
+        assert_eq!(json["id"], "chatcmpl-t1", "id from the request id");
+    }
+
+    #[tokio::test]
+    async fn non_streamed_error_after_commit_is_a_502() {
+        let sem = Arc::new(Semaphore::new(1));
+        let events: EventStream = Box::pin(stream::iter(vec![
+            StreamEvent::Start(served()),
+            StreamEvent::TextDelta("Hel".into()),
+            StreamEvent::Error(ErrorEvent {
+                class: ErrorClass::Unavailable,
+                status: 503,
+                message: "route died".into(),
+                retry_after: None,
+                envelope: served(),
+            }),
+        ]));
+        let resp = reply(events, how(false), permit(&sem)).await;
+        assert_eq!(resp.status(), 502, "a broken answer is a bad gateway");
+    }
+
+    #[test]
+    fn models_are_listed_in_openai_shape() {
+        let models = vec![ModelInfo {
+            name: "chat".into(),
+            routes: vec!["a".into()],
+        }];
+        let json: serde_json::Value = serde_json::from_slice(&models_json(&models)).expect("JSON");
+        assert_eq!(
+            json,
+            serde_json::json!({"object": "list", "data": [{"id": "chat", "object": "model", "created": 0, "owned_by": "tailcut"}]}),
+            "model list"
+        );
+    }
+}

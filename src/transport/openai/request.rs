@@ -1,0 +1,616 @@
+//! Decoding an OpenAI Chat Completions request body into a `ChatRequest`. Unknown fields
+//! are ignored, as OpenAI-compatible servers do; every rejection names the field at fault.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::transport::error::DecodeError;
+use crate::types::{
+    ChatRequest, ContentPart, Message, ResponseFormat, Role, Sampling, ToolCall, ToolChoice,
+    ToolSpec,
+};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawRequest {
+    model: Option<String>,
+    messages: Option<Vec<Value>>,
+    tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
+    response_format: Option<Value>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    stop: Option<Value>,
+    seed: Option<i64>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    stream: Option<bool>,
+    stream_options: Option<RawStreamOptions>,
+    metadata: Option<Map<String, Value>>,
+    n: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawStreamOptions {
+    include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<RawToolCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawToolCall {
+    id: String,
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    function: RawFunctionCall,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawFunctionCall {
+    name: String,
+    #[serde(default)]
+    arguments: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawTool {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    function: Option<RawFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawFunction {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Value>,
+}
+
+/// Decodes a request body. Malformed JSON, missing `model`/`messages` and unsupported
+/// values (`n > 1`, unknown roles or parts) are client errors.
+pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
+    let raw: RawRequest = serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => DecodeError::body(format!("invalid request: {e}")),
+        _ => DecodeError::body(format!("the request body is not valid JSON: {e}")),
+    })?;
+    from_raw(raw)
+}
+
+/// Decodes a request that arrived inside another JSON message (WebSocket, query string).
+pub fn decode_value(value: Value) -> Result<ChatRequest, DecodeError> {
+    let raw: RawRequest =
+        serde_json::from_value(value).map_err(|e| DecodeError::body(format!("invalid request: {e}")))?;
+    from_raw(raw)
+}
+
+fn from_raw(raw: RawRequest) -> Result<ChatRequest, DecodeError> {
+    let model = raw
+        .model
+        .filter(|m| !m.trim().is_empty())
+        .ok_or_else(|| DecodeError::new("model", "you must provide a model parameter"))?;
+    let raw_messages = raw
+        .messages
+        .ok_or_else(|| DecodeError::new("messages", "missing required parameter: 'messages'"))?;
+    if raw_messages.is_empty() {
+        return Err(DecodeError::new("messages", "'messages' must contain at least one message"));
+    }
+    match raw.n {
+        None | Some(1) => {}
+        Some(0) => return Err(DecodeError::new("n", "n must be 1")),
+        Some(n) => {
+            return Err(DecodeError::new(
+                "n",
+                format!("n = {n} is not supported: tailcut streams one choice per request; send {n} requests"),
+            ))
+        }
+    }
+    let messages = raw_messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tools = raw
+        .tools
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| tool(i, t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tool_choice = raw.tool_choice.map(|v| tool_choice(v, &tools)).transpose()?.flatten();
+    Ok(ChatRequest {
+        model,
+        messages,
+        tools,
+        tool_choice,
+        response_format: raw.response_format.map(response_format).transpose()?.flatten(),
+        sampling: Sampling {
+            temperature: raw.temperature,
+            top_p: raw.top_p,
+            stop: stop(raw.stop)?,
+            seed: raw.seed,
+            presence_penalty: raw.presence_penalty,
+            frequency_penalty: raw.frequency_penalty,
+        },
+        max_tokens: raw.max_completion_tokens.or(raw.max_tokens),
+        stream: raw.stream.unwrap_or(false),
+        include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
+        metadata: raw.metadata.unwrap_or_default(),
+    })
+}
+
+fn message(i: usize, value: Value) -> Result<Message, DecodeError> {
+    let at = format!("messages[{i}]");
+    let raw: RawMessage =
+        serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("invalid {at}: {e}")))?;
+    let role = match raw.role.as_str() {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::Tool,
+        "function" => {
+            return Err(DecodeError::new(
+                format!("{at}.role"),
+                "the deprecated 'function' role is not supported; use 'tool'",
+            ))
+        }
+        other => return Err(DecodeError::new(format!("{at}.role"), format!("unknown role {other:?} in {at}"))),
+    };
+    let content = content_parts(raw.content, &format!("{at}.content"))?;
+    let tool_calls = match (role, raw.tool_calls) {
+        (Role::Assistant, Some(calls)) => calls
+            .into_iter()
+            .enumerate()
+            .map(|(j, c)| assistant_tool_call(&format!("{at}.tool_calls[{j}]"), j, c))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
+    };
+    let tool_call_id = match role {
+        Role::Tool => Some(raw.tool_call_id.filter(|id| !id.is_empty()).ok_or_else(|| {
+            DecodeError::new(format!("{at}.tool_call_id"), format!("{at} has role 'tool' but no tool_call_id"))
+        })?),
+        _ => None,
+    };
+    Ok(Message {
+        role,
+        content,
+        tool_calls,
+        tool_call_id,
+        name: raw.name,
+    })
+}
+
+fn assistant_tool_call(at: &str, index: usize, raw: RawToolCall) -> Result<ToolCall, DecodeError> {
+    if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "function") {
+        return Err(DecodeError::new(at, format!("{at}: tool call type {kind:?} is not supported")));
+    }
+    Ok(ToolCall {
+        index: u32::try_from(index).unwrap_or(u32::MAX),
+        id: raw.id,
+        name: raw.function.name,
+        arguments: raw.function.arguments,
+    })
+}
+
+/// Content is a string, null, or an array of `text` / `image_url` parts.
+pub(crate) fn content_parts(value: Option<Value>, at: &str) -> Result<Vec<ContentPart>, DecodeError> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(text)) => Ok(vec![ContentPart::Text(text)]),
+        Some(Value::Array(parts)) => parts
+            .into_iter()
+            .enumerate()
+            .map(|(j, p)| content_part(p, &format!("{at}[{j}]")))
+            .collect(),
+        Some(_) => Err(DecodeError::new(at, format!("{at} must be a string or an array of content parts"))),
+    }
+}
+
+fn content_part(part: Value, at: &str) -> Result<ContentPart, DecodeError> {
+    let kind = part.get("type").and_then(Value::as_str).unwrap_or_default();
+    let text_field = |field: &str| {
+        part.get(field)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| DecodeError::new(at, format!("{at} has type {kind:?} but no string '{field}'")))
+    };
+    match kind {
+        "text" => text_field("text").map(ContentPart::Text),
+        "refusal" => text_field("refusal").map(ContentPart::Text),
+        "image_url" => {
+            let url = match part.get("image_url") {
+                Some(Value::String(url)) => Some(url.clone()),
+                Some(obj) => obj.get("url").and_then(Value::as_str).map(str::to_string),
+                None => None,
+            };
+            url.map(|url| ContentPart::ImageUrl { url })
+                .ok_or_else(|| DecodeError::new(at, format!("{at} has type \"image_url\" but no image_url.url")))
+        }
+        "" => Err(DecodeError::new(at, format!("{at} has no 'type'"))),
+        other => Err(DecodeError::new(at, format!("{at}: content part type {other:?} is not supported"))),
+    }
+}
+
+fn tool(i: usize, value: Value) -> Result<ToolSpec, DecodeError> {
+    let at = format!("tools[{i}]");
+    let raw: RawTool =
+        serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("invalid {at}: {e}")))?;
+    if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "function") {
+        return Err(DecodeError::new(at.clone(), format!("{at}: tool type {kind:?} is not supported")));
+    }
+    let function = raw
+        .function
+        .ok_or_else(|| DecodeError::new(format!("{at}.function"), format!("{at} has no 'function'")))?;
+    if function.name.is_empty() {
+        return Err(DecodeError::new(format!("{at}.function.name"), format!("{at} has an empty name")));
+    }
+    Ok(ToolSpec {
+        name: function.name,
+        description: function.description,
+        parameters: function.parameters.unwrap_or_else(empty_object_schema),
+    })
+}
+
+pub(crate) fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+/// `None` for an explicit `null`.
+fn tool_choice(value: Value, tools: &[ToolSpec]) -> Result<Option<ToolChoice>, DecodeError> {
+    let choice = match &value {
+        Value::Null => return Ok(None),
+        Value::String(s) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(DecodeError::new(
+                    "tool_choice",
+                    format!("tool_choice must be \"auto\", \"none\", \"required\" or a function, not {other:?}"),
+                ))
+            }
+        },
+        Value::Object(obj) if obj.get("type").and_then(Value::as_str) == Some("function") => {
+            let name = obj.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
+            ToolChoice::Tool(
+                name.ok_or_else(|| DecodeError::new("tool_choice", "tool_choice.function.name is required"))?
+                    .to_string(),
+            )
+        }
+        _ => {
+            return Err(DecodeError::new(
+                "tool_choice",
+                "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\":\"function\",\"function\":{\"name\":…}}",
+            ))
+        }
+    };
+    match &choice {
+        ToolChoice::Required if tools.is_empty() => Err(DecodeError::new(
+            "tool_choice",
+            "tool_choice \"required\" needs at least one tool in 'tools'",
+        )),
+        ToolChoice::Tool(name) if !tools.iter().any(|t| &t.name == name) => Err(DecodeError::new(
+            "tool_choice",
+            format!("tool_choice names function {name:?}, which is not in 'tools'"),
+        )),
+        _ => Ok(Some(choice)),
+    }
+}
+
+/// `None` for an explicit `null`.
+fn response_format(value: Value) -> Result<Option<ResponseFormat>, DecodeError> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    let kind = value.get("type").and_then(Value::as_str).unwrap_or_default();
+    match kind {
+        "text" => Ok(Some(ResponseFormat::Text)),
+        "json_object" => Ok(Some(ResponseFormat::JsonObject)),
+        "json_schema" => {
+            let spec = value.get("json_schema").ok_or_else(|| {
+                DecodeError::new("response_format.json_schema", "response_format of type json_schema needs 'json_schema'")
+            })?;
+            let schema = spec.get("schema").cloned().ok_or_else(|| {
+                DecodeError::new("response_format.json_schema.schema", "response_format.json_schema.schema is required")
+            })?;
+            Ok(Some(ResponseFormat::JsonSchema {
+                name: spec.get("name").and_then(Value::as_str).unwrap_or("response").to_string(),
+                schema,
+                strict: spec.get("strict").and_then(Value::as_bool),
+            }))
+        }
+        other => Err(DecodeError::new(
+            "response_format.type",
+            format!("response_format.type must be text, json_object or json_schema, not {other:?}"),
+        )),
+    }
+}
+
+fn stop(value: Option<Value>) -> Result<Vec<String>, DecodeError> {
+    let bad = || DecodeError::new("stop", "stop must be a string or an array of strings");
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s]),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                _ => Err(bad()),
+            })
+            .collect(),
+        Some(_) => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn decode(v: Value) -> Result<ChatRequest, DecodeError> {
+        decode_request(v.to_string().as_bytes())
+    }
+
+    fn minimal() -> Value {
+        json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]})
+    }
+
+    fn with(field: &str, value: Value) -> Value {
+        let mut v = minimal();
+        v[field] = value;
+        v
+    }
+
+    fn err_of(v: Value) -> DecodeError {
+        match decode(v) {
+            Err(e) => e,
+            Ok(req) => panic!("expected a decode error, got {req:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_request_decodes_with_defaults() {
+        let req = decode(minimal()).expect("minimal request decodes");
+        assert_eq!(req.model, "chat", "model");
+        assert_eq!(req.messages, vec![Message::text(Role::User, "hi")], "one user message");
+        assert!(!req.stream, "stream defaults to false");
+        assert!(!req.include_usage, "usage defaults to off");
+        assert_eq!(req.max_tokens, None, "no max tokens");
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let req = decode(with("logit_bias", json!({"1": 2})));
+        assert!(req.is_ok(), "unknown fields do not fail the request: {req:?}");
+    }
+
+    #[test]
+    fn system_and_developer_roles_become_system() {
+        let v = with(
+            "messages",
+            json!([{"role": "developer", "content": "be brief"}, {"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]),
+        );
+        let roles: Vec<Role> = decode(v).expect("decodes").messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, vec![Role::System, Role::System, Role::User], "developer is a system prompt");
+    }
+
+    #[test]
+    fn array_content_keeps_text_and_images() {
+        let v = with(
+            "messages",
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}}
+            ]}]),
+        );
+        let req = decode(v).expect("decodes");
+        assert_eq!(
+            req.messages[0].content,
+            vec![ContentPart::Text("what is this?".into()), ContentPart::ImageUrl { url: "https://x/y.png".into() }],
+            "text and image parts in order"
+        );
+    }
+
+    #[test]
+    fn unsupported_content_part_is_rejected_with_its_path() {
+        let v = with(
+            "messages",
+            json!([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]),
+        );
+        let e = err_of(v);
+        assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"), "param points at the part");
+        assert!(e.message.contains("input_audio"), "message names the type: {}", e.message);
+    }
+
+    #[test]
+    fn assistant_tool_calls_and_tool_results_round_trip() {
+        let v = with(
+            "messages",
+            json!([
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+            ]),
+        );
+        let req = decode(v).expect("decodes");
+        let assistant = &req.messages[1];
+        assert!(assistant.content.is_empty(), "null content is no parts");
+        assert_eq!(
+            assistant.tool_calls,
+            vec![ToolCall { index: 0, id: "call_1".into(), name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() }],
+            "the call is kept with its raw arguments"
+        );
+        assert_eq!(req.messages[2].tool_call_id.as_deref(), Some("call_1"), "tool result names its call");
+    }
+
+    #[test]
+    fn tool_message_without_call_id_is_rejected() {
+        let e = err_of(with("messages", json!([{"role": "tool", "content": "x"}])));
+        assert_eq!(e.param.as_deref(), Some("messages[0].tool_call_id"), "param names the missing field");
+    }
+
+    #[test]
+    fn unknown_role_is_rejected() {
+        let e = err_of(with("messages", json!([{"role": "robot", "content": "x"}])));
+        assert!(e.message.contains("robot"), "message names the role: {}", e.message);
+    }
+
+    #[test]
+    fn tools_and_tool_choice_decode() {
+        let mut v = with(
+            "tools",
+            json!([{"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}}]),
+        );
+        v["tool_choice"] = json!({"type": "function", "function": {"name": "get_weather"}});
+        let req = decode(v).expect("decodes");
+        assert_eq!(req.tools[0].name, "get_weather", "tool name");
+        assert_eq!(req.tools[0].parameters, json!({"type": "object"}), "schema kept");
+        assert_eq!(req.tool_choice, Some(ToolChoice::Tool("get_weather".into())), "named choice");
+    }
+
+    #[test]
+    fn tool_without_parameters_gets_an_empty_object_schema() {
+        let req = decode(with("tools", json!([{"type": "function", "function": {"name": "now"}}]))).expect("decodes");
+        assert_eq!(req.tools[0].parameters, empty_object_schema(), "default schema");
+    }
+
+    #[test]
+    fn string_tool_choices_decode() {
+        for (s, want) in [("auto", ToolChoice::Auto), ("none", ToolChoice::None), ("required", ToolChoice::Required)] {
+            let mut v = with("tools", json!([{"type": "function", "function": {"name": "f"}}]));
+            v["tool_choice"] = json!(s);
+            assert_eq!(decode(v).expect("decodes").tool_choice, Some(want), "tool_choice {s}");
+        }
+    }
+
+    #[test]
+    fn tool_choice_naming_a_missing_tool_is_rejected() {
+        let e = err_of(with("tool_choice", json!({"type": "function", "function": {"name": "ghost"}})));
+        assert_eq!(e.param.as_deref(), Some("tool_choice"), "param");
+        assert!(e.message.contains("ghost"), "names the tool: {}", e.message);
+    }
+
+    #[test]
+    fn response_formats_decode() {
+        let req = decode(with("response_format", json!({"type": "json_object"}))).expect("decodes");
+        assert_eq!(req.response_format, Some(ResponseFormat::JsonObject), "json_object");
+        let req = decode(with(
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": true}}),
+        ))
+        .expect("decodes");
+        assert_eq!(
+            req.response_format,
+            Some(ResponseFormat::JsonSchema { name: "answer".into(), schema: json!({"type": "object"}), strict: Some(true) }),
+            "json_schema with name, schema and strict"
+        );
+        let req = decode(with("response_format", json!({"type": "text"}))).expect("decodes");
+        assert_eq!(req.response_format, Some(ResponseFormat::Text), "text");
+    }
+
+    #[test]
+    fn json_schema_without_schema_is_rejected() {
+        let e = err_of(with("response_format", json!({"type": "json_schema", "json_schema": {"name": "x"}})));
+        assert_eq!(e.param.as_deref(), Some("response_format.json_schema.schema"), "param");
+    }
+
+    #[test]
+    fn sampling_fields_decode() {
+        let mut v = minimal();
+        v["temperature"] = json!(0.2);
+        v["top_p"] = json!(0.9);
+        v["seed"] = json!(7);
+        v["presence_penalty"] = json!(0.5);
+        v["frequency_penalty"] = json!(-0.5);
+        v["stop"] = json!("END");
+        let s = decode(v).expect("decodes").sampling;
+        assert_eq!(
+            s,
+            Sampling {
+                temperature: Some(0.2),
+                top_p: Some(0.9),
+                stop: vec!["END".into()],
+                seed: Some(7),
+                presence_penalty: Some(0.5),
+                frequency_penalty: Some(-0.5),
+            },
+            "every sampling knob is kept"
+        );
+        let s = decode(with("stop", json!(["a", "b"]))).expect("decodes").sampling;
+        assert_eq!(s.stop, vec!["a".to_string(), "b".to_string()], "stop as an array");
+        assert!(err_of(with("stop", json!(3))).message.contains("stop"), "stop of the wrong type is rejected");
+    }
+
+    #[test]
+    fn max_completion_tokens_wins_over_max_tokens() {
+        let mut v = with("max_tokens", json!(10));
+        assert_eq!(decode(v.clone()).expect("decodes").max_tokens, Some(10), "max_tokens alone");
+        v["max_completion_tokens"] = json!(20);
+        assert_eq!(decode(v).expect("decodes").max_tokens, Some(20), "the newer field wins");
+    }
+
+    #[test]
+    fn stream_and_include_usage_decode() {
+        let mut v = with("stream", json!(true));
+        v["stream_options"] = json!({"include_usage": true});
+        let req = decode(v).expect("decodes");
+        assert!(req.stream && req.include_usage, "stream with usage");
+    }
+
+    #[test]
+    fn metadata_is_kept() {
+        let req = decode(with("metadata", json!({"user": "u1"}))).expect("decodes");
+        assert_eq!(req.metadata.get("user"), Some(&json!("u1")), "metadata kept");
+    }
+
+    #[test]
+    fn n_above_one_is_rejected_saying_so() {
+        let e = err_of(with("n", json!(3)));
+        assert_eq!(e.param.as_deref(), Some("n"), "param is n");
+        assert!(e.message.contains("not supported"), "message says n>1 is unsupported: {}", e.message);
+        assert!(decode(with("n", json!(1))).is_ok(), "n = 1 is fine");
+    }
+
+    #[test]
+    fn missing_model_or_messages_is_rejected() {
+        let e = err_of(json!({"messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(e.param.as_deref(), Some("model"), "missing model");
+        let e = err_of(json!({"model": "chat"}));
+        assert_eq!(e.param.as_deref(), Some("messages"), "missing messages");
+        let e = err_of(json!({"model": "chat", "messages": []}));
+        assert_eq!(e.param.as_deref(), Some("messages"), "empty messages");
+    }
+
+    #[test]
+    fn invalid_json_says_so() {
+        let e = decode_request(b"{\"model\": ").expect_err("truncated JSON fails");
+        assert!(e.message.contains("not valid JSON"), "message: {}", e.message);
+        let e = decode_request(b"[1,2]").expect_err("an array is not a request");
+        assert!(e.message.contains("invalid request"), "message: {}", e.message);
+        let e = decode(with("temperature", json!("hot"))).expect_err("wrong type fails");
+        assert!(e.message.contains("invalid type"), "message: {}", e.message);
+    }
+
+    #[test]
+    fn decode_value_accepts_an_embedded_request() {
+        let req = decode_value(minimal()).expect("decodes from a value");
+        assert_eq!(req.model, "chat", "model");
+    }
+}

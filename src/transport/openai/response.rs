@@ -1,0 +1,564 @@
+//! Rendering answers in the OpenAI dialect: `chat.completion.chunk` SSE frames (exactly the
+//! shape the openai SDKs parse), the non-streaming `chat.completion`, and error bodies.
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::provider::ErrorClass;
+use crate::transport::error::ErrorReply;
+use crate::transport::events::Answer;
+use crate::transport::sse_out::{data_frame, FrameEncoder, Flow, DONE_FRAME};
+use crate::types::{Envelope, FinishReason, StreamEvent, ToolCall, Usage};
+
+/// `chatcmpl-…` from the request id, so logs and responses correlate.
+pub fn completion_id(request_id: &str) -> String {
+    format!("chatcmpl-{}", request_id.strip_prefix("req_").unwrap_or(request_id))
+}
+
+/// The upstream model that served, never the client's alias (falls back to the route).
+pub fn served_model(envelope: &Envelope, alias: &str) -> String {
+    envelope
+        .model
+        .clone()
+        .or_else(|| envelope.route.clone())
+        .unwrap_or_else(|| alias.to_string())
+}
+
+/// OpenAI has no `refusal` or `truncated` finish reason; a refusal is a content filter,
+/// and truncation never reaches here (it ends the stream with an error instead).
+pub fn finish_reason(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop | FinishReason::Truncated => "stop",
+        FinishReason::Length => "length",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::ContentFilter | FinishReason::Refusal => "content_filter",
+    }
+}
+
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: Vec<ChunkChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<OpenAiUsage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tailcut: Option<&'a Envelope>,
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    index: u32,
+    delta: ChunkDelta<'a>,
+    logprobs: Option<()>,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Serialize, Default)]
+struct ChunkDelta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[WireToolCall<'a>; 1]>,
+}
+
+#[derive(Serialize)]
+struct WireToolCall<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<u32>,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+impl<'a> WireToolCall<'a> {
+    fn new(call: &'a ToolCall, with_index: bool) -> Self {
+        WireToolCall {
+            index: with_index.then_some(call.index),
+            id: &call.id,
+            kind: "function",
+            function: WireFunction {
+                name: &call.name,
+                arguments: &call.arguments,
+            },
+        }
+    }
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct OpenAiUsage {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    total_tokens: u32,
+}
+
+impl From<Usage> for OpenAiUsage {
+    fn from(u: Usage) -> Self {
+        OpenAiUsage {
+            prompt_tokens: u.input_tokens,
+            completion_tokens: u.output_tokens,
+            total_tokens: u.input_tokens.saturating_add(u.output_tokens),
+        }
+    }
+}
+
+/// OpenAI's error envelope; `param` and `code` are always present (some SDKs key on them).
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tailcut: Option<&'a Envelope>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    param: Option<&'a str>,
+    code: &'a str,
+}
+
+/// OpenAI's `error.type` for a class of failure.
+pub fn error_type(class: ErrorClass) -> &'static str {
+    match class {
+        ErrorClass::BadRequest | ErrorClass::ContextLength | ErrorClass::Refusal => "invalid_request_error",
+        ErrorClass::RateLimited => "rate_limit_error",
+        _ => "server_error",
+    }
+}
+
+fn error_code(reply: &ErrorReply) -> &str {
+    reply.code.unwrap_or(match reply.class {
+        ErrorClass::RateLimited => "rate_limit_exceeded",
+        ErrorClass::ContextLength => "context_length_exceeded",
+        other => other.as_str(),
+    })
+}
+
+fn error_body(reply: &ErrorReply) -> ErrorBody<'_> {
+    ErrorBody {
+        error: ErrorDetail {
+            message: &reply.message,
+            kind: error_type(reply.class),
+            param: reply.param.as_deref(),
+            code: error_code(reply),
+        },
+        tailcut: reply.envelope.as_ref(),
+    }
+}
+
+/// The JSON body of an HTTP error response.
+pub fn error_json(reply: &ErrorReply) -> Vec<u8> {
+    crate::transport::sse_out::to_json(&error_body(reply))
+}
+
+/// The in-band error after commit: the openai SDKs raise `APIError` on a `data:` whose
+/// JSON has an `error`. No `[DONE]` follows, so it can never pass for a complete answer.
+pub fn error_frame(reply: &ErrorReply) -> Bytes {
+    data_frame(&error_body(reply))
+}
+
+/// Renders a committed stream as `chat.completion.chunk` frames.
+pub struct ChunkEncoder {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    usage: Option<Usage>,
+    envelope: Envelope,
+}
+
+impl ChunkEncoder {
+    pub fn new(request_id: &str, alias: &str, created: u64, start: Envelope, include_usage: bool) -> Self {
+        ChunkEncoder {
+            id: completion_id(request_id),
+            created,
+            model: served_model(&start, alias),
+            include_usage,
+            usage: None,
+            envelope: start,
+        }
+    }
+
+    /// The first frame after commit: the assistant role with empty content.
+    pub fn role_frame(&self) -> Bytes {
+        self.frame(
+            ChunkDelta {
+                role: Some("assistant"),
+                content: Some(""),
+                tool_calls: None,
+            },
+            None,
+            None,
+        )
+    }
+
+    fn frame(&self, delta: ChunkDelta<'_>, finish: Option<&'static str>, tailcut: Option<&Envelope>) -> Bytes {
+        data_frame(&Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta,
+                logprobs: None,
+                finish_reason: finish,
+            }],
+            usage: None,
+            tailcut,
+        })
+    }
+
+    fn usage_frame(&self, usage: Usage) -> Bytes {
+        data_frame(&Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            choices: Vec::new(),
+            usage: Some(usage.into()),
+            tailcut: None,
+        })
+    }
+
+    fn fail(&mut self, reply: ErrorReply, out: &mut Vec<Bytes>) -> Flow {
+        out.push(error_frame(&reply));
+        Flow::End
+    }
+}
+
+impl FrameEncoder for ChunkEncoder {
+    fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
+        match event {
+            StreamEvent::Start(envelope) => self.envelope = envelope,
+            StreamEvent::TextDelta(text) if text.is_empty() => {}
+            StreamEvent::TextDelta(text) => out.push(self.frame(
+                ChunkDelta {
+                    content: Some(&text),
+                    ..ChunkDelta::default()
+                },
+                None,
+                None,
+            )),
+            StreamEvent::ToolCall(call) => out.push(self.frame(
+                ChunkDelta {
+                    tool_calls: Some([WireToolCall::new(&call, true)]),
+                    ..ChunkDelta::default()
+                },
+                None,
+                None,
+            )),
+            // This dialect cannot take text back; the mux only resets dialects that can.
+            StreamEvent::Reset { reason } => {
+                let envelope = Some(self.envelope.clone());
+                return self.fail(ErrorReply::reset(&reason, envelope), out);
+            }
+            StreamEvent::RouteSwitch { .. } => {}
+            StreamEvent::Usage(usage) => self.usage = Some(usage),
+            StreamEvent::Finish {
+                reason: FinishReason::Truncated,
+                envelope,
+            } => return self.fail(ErrorReply::truncated(envelope), out),
+            StreamEvent::Finish { reason, envelope } => {
+                out.push(self.frame(ChunkDelta::default(), Some(finish_reason(reason)), Some(&envelope)));
+                if let Some(usage) = self.usage.filter(|_| self.include_usage) {
+                    out.push(self.usage_frame(usage));
+                }
+                out.push(Bytes::from_static(DONE_FRAME));
+                return Flow::End;
+            }
+            StreamEvent::Error(e) => return self.fail(ErrorReply::from_event(e), out),
+        }
+        Flow::Continue
+    }
+
+    fn encode_unfinished(&mut self, out: &mut Vec<Bytes>) {
+        let envelope = Some(self.envelope.clone());
+        out.push(error_frame(&ErrorReply::broken_stream("ended without a finish", envelope)));
+    }
+}
+
+#[derive(Serialize)]
+struct Completion<'a> {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    choices: [CompletionChoice<'a>; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<OpenAiUsage>,
+    tailcut: &'a Envelope,
+}
+
+#[derive(Serialize)]
+struct CompletionChoice<'a> {
+    index: u32,
+    message: CompletionMessage<'a>,
+    logprobs: Option<()>,
+    finish_reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct CompletionMessage<'a> {
+    role: &'static str,
+    content: Option<&'a str>,
+    refusal: Option<()>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tool_calls: Vec<WireToolCall<'a>>,
+}
+
+/// The non-streaming `chat.completion` body.
+pub fn completion_json(request_id: &str, alias: &str, created: u64, answer: &Answer) -> Vec<u8> {
+    let content = if answer.text.is_empty() && !answer.tool_calls.is_empty() {
+        None
+    } else {
+        Some(answer.text.as_str())
+    };
+    let body = Completion {
+        id: completion_id(request_id),
+        object: "chat.completion",
+        created,
+        model: served_model(&answer.envelope, alias),
+        choices: [CompletionChoice {
+            index: 0,
+            message: CompletionMessage {
+                role: "assistant",
+                content,
+                refusal: None,
+                tool_calls: answer.tool_calls.iter().map(|c| WireToolCall::new(c, false)).collect(),
+            },
+            logprobs: None,
+            finish_reason: finish_reason(answer.finish),
+        }],
+        usage: answer.usage.map(OpenAiUsage::from),
+        tailcut: &answer.envelope,
+    };
+    crate::transport::sse_out::to_json(&body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ErrorEvent;
+
+    fn start() -> Envelope {
+        Envelope {
+            route: Some("openai-eu".into()),
+            model: Some("gpt-4o-mini".into()),
+            request_id: "req_abc".into(),
+            ..Envelope::default()
+        }
+    }
+
+    fn encoder(include_usage: bool) -> ChunkEncoder {
+        ChunkEncoder::new("req_abc", "chat", 1700000000, start(), include_usage)
+    }
+
+    fn run(enc: &mut ChunkEncoder, events: Vec<StreamEvent>) -> (String, Flow) {
+        let mut out = Vec::new();
+        let mut flow = Flow::Continue;
+        for e in events {
+            flow = enc.encode(e, &mut out);
+        }
+        let text = out.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
+        (text, flow)
+    }
+
+    const HEAD: &str = r#"data: {"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"delta":"#;
+
+    #[test]
+    fn role_chunk_is_exactly_what_openai_sends_first() {
+        let frame = encoder(false).role_frame();
+        assert_eq!(
+            String::from_utf8_lossy(&frame),
+            format!("{HEAD}{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"),
+            "role chunk golden"
+        );
+    }
+
+    #[test]
+    fn text_delta_is_one_content_chunk() {
+        let (text, flow) = run(&mut encoder(false), vec![StreamEvent::TextDelta("Hel\nlo".into())]);
+        assert_eq!(
+            text,
+            format!("{HEAD}{{\"content\":\"Hel\\nlo\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"),
+            "content chunk golden, newline escaped"
+        );
+        assert_eq!(flow, Flow::Continue, "text does not end the stream");
+    }
+
+    #[test]
+    fn empty_text_delta_sends_nothing() {
+        let (text, _) = run(&mut encoder(false), vec![StreamEvent::TextDelta(String::new())]);
+        assert_eq!(text, "", "no empty content chunks");
+    }
+
+    #[test]
+    fn tool_call_is_one_whole_call_in_one_chunk() {
+        let call = ToolCall {
+            index: 1,
+            id: "call_9".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"city":"Paris"}"#.into(),
+        };
+        let (text, _) = run(&mut encoder(false), vec![StreamEvent::ToolCall(call)]);
+        assert_eq!(
+            text,
+            format!(
+                "{HEAD}{{\"tool_calls\":[{{\"index\":1,\"id\":\"call_9\",\"type\":\"function\",\"function\":{{\"name\":\"get_weather\",\"arguments\":\"{{\\\"city\\\":\\\"Paris\\\"}}\"}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+            ),
+            "tool call chunk golden"
+        );
+    }
+
+    #[test]
+    fn finish_sends_reason_with_envelope_then_usage_then_done() {
+        let env = Envelope { attempts: 2, ..start() };
+        let env_json = serde_json::to_string(&env).expect("envelope serializes");
+        let usage = Usage { input_tokens: 5, output_tokens: 7 };
+        let (text, flow) = run(
+            &mut encoder(true),
+            vec![StreamEvent::Usage(usage), StreamEvent::Finish { reason: FinishReason::Stop, envelope: env }],
+        );
+        let expected = format!(
+            "{HEAD}{{}},\"logprobs\":null,\"finish_reason\":\"stop\"}}],\"tailcut\":{env_json}}}\n\n\
+             data: {{\"id\":\"chatcmpl-abc\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{{\"prompt_tokens\":5,\"completion_tokens\":7,\"total_tokens\":12}}}}\n\n\
+             data: [DONE]\n\n"
+        );
+        assert_eq!(text, expected, "finish chunk, usage chunk, [DONE]");
+        assert_eq!(flow, Flow::End, "finish ends the stream");
+    }
+
+    #[test]
+    fn usage_chunk_only_when_asked_for() {
+        let (text, _) = run(
+            &mut encoder(false),
+            vec![
+                StreamEvent::Usage(Usage { input_tokens: 1, output_tokens: 1 }),
+                StreamEvent::Finish { reason: FinishReason::Length, envelope: start() },
+            ],
+        );
+        assert!(!text.contains("\"usage\""), "no usage chunk without include_usage: {text}");
+        assert!(text.contains("\"finish_reason\":\"length\""), "length is kept: {text}");
+        assert!(text.ends_with("data: [DONE]\n\n"), "still ends with [DONE]");
+    }
+
+    #[test]
+    fn in_band_error_has_error_and_envelope_and_no_done() {
+        let env = start();
+        let env_json = serde_json::to_string(&env).expect("envelope serializes");
+        let (text, flow) = run(
+            &mut encoder(false),
+            vec![StreamEvent::Error(ErrorEvent {
+                class: ErrorClass::Unavailable,
+                status: 502,
+                message: "every route failed".into(),
+                retry_after: None,
+                envelope: env,
+            })],
+        );
+        assert_eq!(
+            text,
+            format!("data: {{\"error\":{{\"message\":\"every route failed\",\"type\":\"server_error\",\"param\":null,\"code\":\"unavailable\"}},\"tailcut\":{env_json}}}\n\n"),
+            "error frame golden"
+        );
+        assert_eq!(flow, Flow::End, "an error ends the stream");
+    }
+
+    #[test]
+    fn truncated_finish_is_an_error_never_done() {
+        let (text, flow) = run(
+            &mut encoder(false),
+            vec![StreamEvent::Finish { reason: FinishReason::Truncated, envelope: start() }],
+        );
+        assert!(text.starts_with("data: {\"error\":"), "truncation is an in-band error: {text}");
+        assert!(text.contains("\"code\":\"truncated\""), "with its own code: {text}");
+        assert!(!text.contains("[DONE]"), "never [DONE] for a truncated answer");
+        assert_eq!(flow, Flow::End, "and the stream ends");
+    }
+
+    #[test]
+    fn reset_cannot_be_expressed_so_it_ends_with_an_error() {
+        let (text, flow) = run(&mut encoder(false), vec![StreamEvent::Reset { reason: "route died".into() }]);
+        assert!(text.contains("\"code\":\"restarted\""), "reset becomes an error: {text}");
+        assert_eq!(flow, Flow::End, "and ends the stream");
+    }
+
+    #[test]
+    fn route_switch_is_invisible() {
+        let (text, flow) =
+            run(&mut encoder(false), vec![StreamEvent::RouteSwitch { from: "a".into(), to: "b".into() }]);
+        assert_eq!((text.as_str(), flow), ("", Flow::Continue), "a continue is seamless for this dialect");
+    }
+
+    #[test]
+    fn unfinished_stream_ends_with_an_error() {
+        let mut out = Vec::new();
+        encoder(false).encode_unfinished(&mut out);
+        let text = String::from_utf8_lossy(&out[0]).into_owned();
+        assert!(text.starts_with("data: {\"error\":"), "an error frame: {text}");
+    }
+
+    #[test]
+    fn model_is_the_served_upstream_model() {
+        let env = Envelope { model: None, route: Some("r1".into()), ..Envelope::default() };
+        assert_eq!(served_model(&start(), "chat"), "gpt-4o-mini", "the envelope's model");
+        assert_eq!(served_model(&env, "chat"), "r1", "else the route");
+    }
+
+    #[test]
+    fn finish_reasons_map_to_openai_values() {
+        assert_eq!(finish_reason(FinishReason::Stop), "stop", "stop");
+        assert_eq!(finish_reason(FinishReason::Length), "length", "length");
+        assert_eq!(finish_reason(FinishReason::ToolCalls), "tool_calls", "tool calls");
+        assert_eq!(finish_reason(FinishReason::Refusal), "content_filter", "refusal");
+        assert_eq!(finish_reason(FinishReason::ContentFilter), "content_filter", "filter");
+    }
+
+    #[test]
+    fn completion_json_has_message_tools_usage_and_envelope() {
+        let answer = Answer {
+            text: String::new(),
+            tool_calls: vec![ToolCall { index: 0, id: "call_1".into(), name: "f".into(), arguments: "{}".into() }],
+            usage: Some(Usage { input_tokens: 2, output_tokens: 3 }),
+            finish: FinishReason::ToolCalls,
+            envelope: start(),
+        };
+        let json: serde_json::Value =
+            serde_json::from_slice(&completion_json("req_abc", "chat", 1, &answer)).expect("valid JSON");
+        assert_eq!(json["object"], "chat.completion", "object");
+        assert_eq!(json["model"], "gpt-4o-mini", "served model");
+        let msg = &json["choices"][0]["message"];
+        assert!(msg["content"].is_null(), "content is null when only tools were called");
+        assert_eq!(msg["tool_calls"][0]["function"]["name"], "f", "tool call");
+        assert!(msg["tool_calls"][0].get("index").is_none(), "no index in a whole message");
+        assert_eq!(json["choices"][0]["finish_reason"], "tool_calls", "finish");
+        assert_eq!(json["usage"]["total_tokens"], 5, "usage totals");
+        assert_eq!(json["tailcut"]["route"], "openai-eu", "envelope");
+    }
+
+    #[test]
+    fn error_json_is_openais_envelope() {
+        let mut reply = ErrorReply::bad_request("bad n");
+        reply.param = Some("n".into());
+        let json: serde_json::Value = serde_json::from_slice(&error_json(&reply)).expect("valid JSON");
+        assert_eq!(
+            json,
+            serde_json::json!({"error": {"message": "bad n", "type": "invalid_request_error", "param": "n", "code": "bad_request"}}),
+            "error envelope"
+        );
+    }
+}
