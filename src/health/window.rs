@@ -29,9 +29,10 @@ pub const FAILURES: usize = 1;
 pub type OutcomeCounts = RollingCounts<2>;
 
 /// `F` counters per slice, summed over a rolling window. Field indexes are `0..F`; callers
-/// name them with constants (see [`SUCCESSES`], [`FAILURES`]).
+/// name them with constants (see [`SUCCESSES`], [`FAILURES`]). `F` defaults to two, the
+/// shape of an outcome window.
 #[derive(Debug, Clone)]
-pub struct RollingCounts<const F: usize> {
+pub struct RollingCounts<const F: usize = 2> {
     window: Duration,
     bucket_width: Duration,
     buckets: [Bucket<F>; BUCKETS],

@@ -34,12 +34,12 @@
 //! `finish` is never called. Likewise an upstream that sends a call's first fragment and
 //! then claims `tool_calls` gets that call with `{}` arguments.
 
+mod schema;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use jsonschema::Validator;
-use serde_json::Value;
-
+use self::schema::{parse_object, ToolSchemas};
 use crate::provider::{ErrorClass, ToolFragment};
 use crate::types::{FinishReason, ToolCall, ToolSpec};
 
@@ -47,8 +47,6 @@ use crate::types::{FinishReason, ToolCall, ToolSpec};
 pub const MAX_BUFFERED_BYTES: usize = 1 << 20;
 /// Cap on the number of tool calls in one answer.
 pub const MAX_CALLS: usize = 128;
-/// Validation messages are cut to this many bytes: they may quote the arguments.
-const MAX_MESSAGE_BYTES: usize = 300;
 
 /// Why an answer's tool calls cannot be emitted. Every variant is invalid output.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -91,42 +89,6 @@ impl AssemblerError {
     }
 }
 
-/// The request's tools, with each JSON Schema compiled once.
-#[derive(Debug)]
-struct ToolSchemas {
-    by_name: HashMap<String, Schema>,
-}
-
-#[derive(Debug)]
-enum Schema {
-    /// No schema given, or one that does not compile: any JSON object is accepted.
-    AnyObject,
-    Checked(Validator),
-}
-
-impl ToolSchemas {
-    fn compile(tools: &[ToolSpec]) -> Self {
-        let mut by_name = HashMap::with_capacity(tools.len());
-        for tool in tools {
-            by_name.entry(tool.name.clone()).or_insert_with(|| compile_schema(tool));
-        }
-        ToolSchemas { by_name }
-    }
-}
-
-fn compile_schema(tool: &ToolSpec) -> Schema {
-    if tool.parameters.is_null() {
-        return Schema::AnyObject;
-    }
-    match jsonschema::validator_for(&tool.parameters) {
-        Ok(validator) => Schema::Checked(validator),
-        Err(err) => {
-            tracing::debug!(tool = %tool.name, error = %err, "tool schema does not compile; arguments checked as any JSON object");
-            Schema::AnyObject
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 struct PendingCall {
     /// The upstream's index for this call (not unique when a server reuses index 0).
@@ -143,8 +105,6 @@ struct PendingCall {
 #[derive(Debug, Clone)]
 pub struct ToolCallAssembler {
     schemas: Arc<ToolSchemas>,
-    /// Whether the request offered tools at all (otherwise any name is accepted).
-    tools_given: bool,
     /// Calls in the order their first fragment arrived.
     calls: Vec<PendingCall>,
     /// Upstream index -> the latest call at that index.
@@ -161,7 +121,6 @@ impl ToolCallAssembler {
     pub fn new(tools: &[ToolSpec]) -> Self {
         ToolCallAssembler {
             schemas: Arc::new(ToolSchemas::compile(tools)),
-            tools_given: !tools.is_empty(),
             calls: Vec::new(),
             by_index: HashMap::new(),
             buffered_bytes: 0,
@@ -335,47 +294,27 @@ impl ToolCallAssembler {
             return Ok(());
         }
         let index = call.index;
-        let name = match call.name.as_deref() {
-            Some(name) => name,
-            None => return Err(AssemblerError::MissingName { index }),
+        let Some(name) = call.name.as_deref() else {
+            return Err(AssemblerError::MissingName { index });
         };
-        let schema = match self.schemas.by_name.get(name) {
-            Some(schema) => schema,
-            None if !self.tools_given => &Schema::AnyObject,
-            None => {
-                return Err(AssemblerError::UnknownTool {
-                    index,
-                    name: name.to_string(),
-                })
-            }
-        };
-        let empty = call.arguments.trim().is_empty();
-        let value = if empty {
-            Value::Object(serde_json::Map::new())
-        } else {
-            serde_json::from_str::<Value>(&call.arguments).map_err(|err| AssemblerError::InvalidJson {
+        let Some(schema) = self.schemas.lookup(name) else {
+            return Err(AssemblerError::UnknownTool {
                 index,
                 name: name.to_string(),
-                message: err.to_string(),
-            })?
-        };
-        if !value.is_object() {
-            return Err(AssemblerError::InvalidJson {
-                index,
-                name: name.to_string(),
-                message: format!("expected an object, got {}", json_kind(&value)),
             });
-        }
-        if let Schema::Checked(validator) = schema {
-            if let Err(err) = validator.validate(&value) {
-                return Err(AssemblerError::SchemaMismatch {
-                    index,
-                    name: name.to_string(),
-                    message: clip(err.to_string()),
-                });
-            }
-        }
+        };
+        let value = parse_object(&call.arguments).map_err(|message| AssemblerError::InvalidJson {
+            index,
+            name: name.to_string(),
+            message,
+        })?;
+        schema.check(&value).map_err(|message| AssemblerError::SchemaMismatch {
+            index,
+            name: name.to_string(),
+            message,
+        })?;
 
+        let empty = call.arguments.trim().is_empty();
         let call = &mut self.calls[slot];
         if empty {
             call.arguments = "{}".to_string();
@@ -409,33 +348,9 @@ fn new_call_id() -> String {
     format!("call_{}", uuid::Uuid::new_v4().simple())
 }
 
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Cuts a message to [`MAX_MESSAGE_BYTES`] at a character boundary.
-fn clip(mut message: String) -> String {
-    if message.len() > MAX_MESSAGE_BYTES {
-        let mut end = MAX_MESSAGE_BYTES;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push('…');
-    }
-    message
-}
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
 
@@ -1001,7 +916,7 @@ mod tests {
         match asm.finish(FinishReason::ToolCalls) {
             Err(AssemblerError::SchemaMismatch { message, .. }) => {
                 assert!(
-                    message.len() <= MAX_MESSAGE_BYTES + '…'.len_utf8(),
+                    message.len() <= schema::MAX_MESSAGE_BYTES + '…'.len_utf8(),
                     "clipped to {} bytes",
                     message.len()
                 )

@@ -1,0 +1,108 @@
+//! The request's tool schemas, compiled once, and the checks a finished call's arguments
+//! must pass: a JSON object (`""` reads as `{}`) that matches its tool's schema.
+
+use std::collections::HashMap;
+
+use jsonschema::Validator;
+use serde_json::Value;
+
+/// Validation messages are cut to this many bytes: they may quote the arguments.
+pub(super) const MAX_MESSAGE_BYTES: usize = 300;
+
+/// A tool with no usable schema, or any tool when the request offered none.
+static ANY_OBJECT: Schema = Schema::AnyObject;
+
+/// The request's tools by name, each schema compiled once.
+#[derive(Debug)]
+pub(super) struct ToolSchemas {
+    by_name: HashMap<String, Schema>,
+}
+
+#[derive(Debug)]
+pub(super) enum Schema {
+    /// No schema given, or one that does not compile: any JSON object is accepted.
+    AnyObject,
+    Checked(Validator),
+}
+
+impl ToolSchemas {
+    /// Compiles every tool's schema. The first tool of a given name wins.
+    pub(super) fn compile(tools: &[crate::types::ToolSpec]) -> Self {
+        let mut by_name = HashMap::with_capacity(tools.len());
+        for tool in tools {
+            by_name
+                .entry(tool.name.clone())
+                .or_insert_with(|| Schema::compile(&tool.name, &tool.parameters));
+        }
+        ToolSchemas { by_name }
+    }
+
+    /// The schema a call to `name` must match, or `None` when the request offered tools
+    /// and `name` is not one of them. With no tools offered, any name is accepted.
+    pub(super) fn lookup(&self, name: &str) -> Option<&Schema> {
+        if self.by_name.is_empty() {
+            return Some(&ANY_OBJECT);
+        }
+        self.by_name.get(name)
+    }
+}
+
+impl Schema {
+    fn compile(tool: &str, parameters: &Value) -> Schema {
+        if parameters.is_null() {
+            return Schema::AnyObject;
+        }
+        match jsonschema::validator_for(parameters) {
+            Ok(validator) => Schema::Checked(validator),
+            Err(err) => {
+                tracing::debug!(tool, error = %err, "tool schema does not compile; arguments checked as any JSON object");
+                Schema::AnyObject
+            }
+        }
+    }
+
+    /// Checks parsed arguments against the schema; the error says what is wrong.
+    pub(super) fn check(&self, arguments: &Value) -> Result<(), String> {
+        match self {
+            Schema::AnyObject => Ok(()),
+            Schema::Checked(validator) => validator.validate(arguments).map_err(|err| clip(err.to_string())),
+        }
+    }
+}
+
+/// Parses a finished call's concatenated arguments: a JSON object, with blank meaning `{}`.
+pub(super) fn parse_object(arguments: &str) -> Result<Value, String> {
+    if arguments.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    let value: Value = serde_json::from_str(arguments).map_err(|err| err.to_string())?;
+    if value.is_object() {
+        Ok(value)
+    } else {
+        Err(format!("expected an object, got {}", json_kind(&value)))
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Cuts a message to [`MAX_MESSAGE_BYTES`] at a character boundary.
+fn clip(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut end = MAX_MESSAGE_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
+}
