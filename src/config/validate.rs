@@ -432,7 +432,8 @@ impl Validator {
                 continue;
             }
             let first = parsed[0];
-            let fallback = parsed.get(1).copied().unwrap_or(if first == Truncate { Truncate } else { Truncate });
+            // A single policy falls back to an honest truncation.
+            let fallback = parsed.get(1).copied().unwrap_or(Truncate);
             by_type.insert(slot, (first, fallback));
         }
         PolicyConfig { by_type }

@@ -135,13 +135,13 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                     Ok(true) => yield AttemptEvent::ToolStarted,
                     Ok(false) => {}
                     Err(e) => {
-                        yield AttemptEvent::Failed(ProviderError::new(ErrorClass::InvalidOutput, e.to_string()));
+                        yield AttemptEvent::Failed(ProviderError::new(e.class(), e.to_string()));
                         return;
                     }
                 },
                 Ok(Delta::ToolEnd { index }) => {
                     if let Err(e) = assembler.end(index) {
-                        yield AttemptEvent::Failed(ProviderError::new(ErrorClass::InvalidOutput, e.to_string()));
+                        yield AttemptEvent::Failed(ProviderError::new(e.class(), e.to_string()));
                         return;
                     }
                 }
@@ -153,10 +153,10 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                             for call in calls {
                                 yield AttemptEvent::ToolCall(call);
                             }
-                            finish = Some(if any { FinishReason::ToolCalls } else { reason });
+                            finish = Some(if any && reason != FinishReason::Length { FinishReason::ToolCalls } else { reason });
                         }
                         Err(e) => {
-                            yield AttemptEvent::Failed(ProviderError::new(ErrorClass::InvalidOutput, e.to_string()));
+                            yield AttemptEvent::Failed(ProviderError::new(e.class(), e.to_string()));
                             return;
                         }
                     }

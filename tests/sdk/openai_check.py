@@ -1,0 +1,109 @@
+"""The official openai SDK, unmodified, against a running tailcut (tests/sdk/sdk.toml)."""
+import json
+import sys
+
+import openai
+
+BASE = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:18080/v1"
+client = openai.OpenAI(base_url=BASE, api_key="unused", max_retries=0, timeout=30)
+failures = []
+
+
+def check(name, fn):
+    try:
+        fn()
+        print(f"ok   {name}")
+    except Exception as e:  # noqa: BLE001 - report every failing check
+        failures.append(name)
+        print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+
+def streams_text(model):
+    def run():
+        stream = client.chat.completions.create(
+            model=model, stream=True, stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "hi"}])
+        text, usage, finish = "", None, None
+        for chunk in stream:
+            if chunk.usage:
+                usage = chunk.usage
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                finish = c.finish_reason or finish
+        assert text == "Hello from tailcut through the official SDK.", repr(text)
+        assert finish == "stop", finish
+        assert usage is not None and usage.completion_tokens > 0, usage
+    return run
+
+
+def non_streaming():
+    r = client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content == "Hello from tailcut through the official SDK.", r
+    assert r.model == "sim-quick-openai", r.model
+
+
+def tool_call(model):
+    def run():
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}}}}]
+        stream = client.chat.completions.create(
+            model=model, stream=True, tools=tools, messages=[{"role": "user", "content": "weather?"}])
+        calls = {}
+        finish = None
+        for chunk in stream:
+            for c in chunk.choices:
+                finish = c.finish_reason or finish
+                for tc in c.delta.tool_calls or []:
+                    slot = calls.setdefault(tc.index, {"name": "", "args": ""})
+                    slot["name"] += (tc.function.name or "") if tc.function else ""
+                    slot["args"] += (tc.function.arguments or "") if tc.function else ""
+        assert finish == "tool_calls", finish
+        assert len(calls) == 1, calls
+        assert calls[0]["name"] == "get_weather", calls
+        assert json.loads(calls[0]["args"]) == {"city": "Paris", "unit": "celsius"}, calls
+    return run
+
+
+def unknown_model_is_bad_request():
+    try:
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
+    except openai.BadRequestError as e:
+        assert "chat" in str(e), e
+        return
+    raise AssertionError("expected BadRequestError")
+
+
+def rate_limited_is_rate_limit_error():
+    try:
+        client.chat.completions.create(model="limited", stream=True, messages=[{"role": "user", "content": "hi"}])
+    except openai.RateLimitError as e:
+        assert e.response.headers.get("retry-after"), e.response.headers
+        return
+    raise AssertionError("expected RateLimitError")
+
+
+def truncation_is_an_exception():
+    stream = client.chat.completions.create(model="broken", stream=True, messages=[{"role": "user", "content": "hi"}])
+    got = ""
+    try:
+        for chunk in stream:
+            for c in chunk.choices:
+                got += c.delta.content or ""
+    except openai.APIError as e:
+        assert got, "some text arrived before the failure"
+        assert "truncated" in str(e).lower() or "interrupted" in str(e).lower() or e.message, e
+        return
+    raise AssertionError(f"a truncated stream ended like a complete one: {got!r}")
+
+
+check("openai route streams text and usage", streams_text("chat"))
+check("anthropic route streams text to the openai SDK", streams_text("chat-anthropic"))
+check("non-streaming completion", non_streaming)
+check("tool call arrives whole (openai route)", tool_call("tools"))
+check("tool call arrives whole (anthropic route)", tool_call("tools-anthropic"))
+check("unknown model -> BadRequestError", unknown_model_is_bad_request)
+check("all routes 429 -> RateLimitError with retry-after", rate_limited_is_rate_limit_error)
+check("mid-stream truncate -> APIError, not a normal end", truncation_is_an_exception)
+
+print(f"openai SDK checks: {8 - len(failures)} ok, {len(failures)} failing")
+sys.exit(1 if failures else 0)
