@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 
 pub use anthropic::AnthropicProvider;
 pub use error::{
@@ -142,6 +142,13 @@ where
                             yield Ok(delta);
                         }
                         if progress == Progress::End {
+                            // Take what is already buffered (often `[DONE]` and the body's
+                            // end) so the connection can return to the pool; never wait.
+                            for _ in 0..4 {
+                                if !matches!(events.next().now_or_never(), Some(Some(Ok(_)))) {
+                                    break;
+                                }
+                            }
                             return;
                         }
                         continue;

@@ -477,6 +477,56 @@ mod tests {
         assert!(matches!(&out[1], Err(SseError::Transport(_))));
     }
 
+    /// An independent, whole-input reading of the spec: normalise line ends, then interpret.
+    fn reference_decode(input: &[u8]) -> Vec<SseEvent> {
+        let text = std::str::from_utf8(input.strip_prefix(BOM).unwrap_or(input)).unwrap_or_default();
+        let text = text.replace("\r\n", "\n").replace('\r', "\n");
+        let mut lines: Vec<&str> = text.split('\n').collect();
+        lines.pop(); // whatever follows the last line end is unterminated
+        let (mut events, mut event, mut data, mut id) = (Vec::new(), None, None::<String>, None);
+        for line in lines {
+            if line.is_empty() {
+                if let Some(d) = data.take() {
+                    events.push(SseEvent {
+                        event: event.take(),
+                        data: d,
+                        id: id.clone(),
+                    });
+                }
+                event = None;
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "" => {}
+                "event" => event = (!value.is_empty()).then(|| value.to_string()),
+                "data" => match data.as_mut() {
+                    Some(d) => {
+                        d.push('\n');
+                        d.push_str(value);
+                    }
+                    None => data = Some(value.to_string()),
+                },
+                "id" => id = Some(value.to_string()),
+                _ => {}
+            }
+        }
+        events
+    }
+
+    #[test]
+    fn crlf_field_lines_belong_to_one_event_however_split() {
+        let input = b"event: message_stop\r\ndata: a\r\ndata: b\r\n\r\n";
+        for cut in 0..=input.len() {
+            let (events, err, _) = decode_chunks(&[&input[..cut], &input[cut..]], SseLimits::default());
+            assert_eq!(err, None);
+            assert_eq!(events.len(), 1, "split at {cut}: {events:?}");
+            assert_eq!(events[0].event.as_deref(), Some("message_stop"), "split at {cut}");
+            assert_eq!(events[0].data, "a\nb", "split at {cut}");
+        }
+    }
+
     fn arb_stream() -> impl Strategy<Value = Vec<u8>> {
         let line = prop_oneof![
             "[a-z{}\":, éü€]{0,20}".prop_map(|s| format!("data: {s}")),
@@ -510,6 +560,7 @@ mod tests {
             }
             chunks.push(&input[start..]);
             let split = decode_chunks(&chunks, SseLimits::default());
+            prop_assert_eq!(&whole.0, &reference_decode(&input), "disagrees with the reference reading");
             prop_assert_eq!(whole, split, "chunk boundaries changed the events");
         }
 
