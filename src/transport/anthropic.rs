@@ -141,12 +141,24 @@ mod tests {
         let permit = sem.clone().try_acquire_owned().expect("free permit");
         let resp = reply(answer_events(), how(true), permit).await;
         assert_eq!(resp.status(), 200, "committed");
-        assert_eq!(resp.headers().get("request-id").map(|v| v.as_bytes()), Some(&b"req_t2"[..]), "request-id");
+        assert_eq!(
+            resp.headers().get("request-id").map(|v| v.as_bytes()),
+            Some(&b"req_t2"[..]),
+            "request-id"
+        );
         let body = body_text(resp).await;
-        assert!(body.starts_with("event: message_start\n"), "starts with message_start: {body}");
-        assert!(body.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), "ends with message_stop: {body}");
         assert!(
-            body.split("\n\n").filter(|e| !e.is_empty()).all(|e| e.starts_with("event: ")),
+            body.starts_with("event: message_start\n"),
+            "starts with message_start: {body}"
+        );
+        assert!(
+            body.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+            "ends with message_stop: {body}"
+        );
+        assert!(
+            body.split("\n\n")
+                .filter(|e| !e.is_empty())
+                .all(|e| e.starts_with("event: ")),
             "every event has an event: line: {body}"
         );
     }
@@ -166,7 +178,11 @@ mod tests {
     async fn busy_is_a_503_overloaded_error_with_retry_after() {
         let resp = error_response(&ErrorReply::busy(), "req_x");
         assert_eq!(resp.status(), 503, "status");
-        assert_eq!(resp.headers().get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]), "retry-after");
+        assert_eq!(
+            resp.headers().get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"1"[..]),
+            "retry-after"
+        );
         let body = body_text(resp).await;
         assert!(body.contains("\"overloaded_error\""), "Anthropic error type: {body}");
     }

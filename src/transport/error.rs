@@ -47,7 +47,8 @@ pub struct ErrorReply {
     pub param: Option<String>,
     /// A code more specific than the class (OpenAI's `code`), e.g. `model_not_found`.
     pub code: Option<&'static str>,
-    pub envelope: Option<Envelope>,
+    /// Boxed: an envelope is large and most errors have none.
+    pub envelope: Option<Box<Envelope>>,
 }
 
 impl ErrorReply {
@@ -98,7 +99,7 @@ impl ErrorReply {
             retry_after: e.retry_after,
             param: None,
             code: None,
-            envelope: Some(e.envelope),
+            envelope: Some(Box::new(e.envelope)),
         }
     }
 
@@ -116,7 +117,7 @@ impl ErrorReply {
     pub fn truncated(envelope: Envelope) -> Self {
         ErrorReply {
             code: Some("truncated"),
-            envelope: Some(envelope),
+            envelope: Some(Box::new(envelope)),
             ..ErrorReply::new(
                 502,
                 ErrorClass::Unavailable,
@@ -129,7 +130,7 @@ impl ErrorReply {
     pub fn reset(reason: &str, envelope: Option<Envelope>) -> Self {
         ErrorReply {
             code: Some("restarted"),
-            envelope,
+            envelope: envelope.map(Box::new),
             ..ErrorReply::new(
                 502,
                 ErrorClass::Unavailable,
@@ -142,7 +143,7 @@ impl ErrorReply {
     /// begin with `Start` or `Error`).
     pub fn broken_stream(what: &str, envelope: Option<Envelope>) -> Self {
         ErrorReply {
-            envelope,
+            envelope: envelope.map(Box::new),
             ..ErrorReply::new(500, ErrorClass::Internal, format!("the answer stream {what}"))
         }
     }
@@ -161,7 +162,8 @@ impl ErrorReply {
     }
 
     pub fn retry_after_ms(&self) -> Option<u64> {
-        self.retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        self.retry_after
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
 }
 
@@ -198,9 +200,21 @@ mod tests {
 
     #[test]
     fn retry_after_rounds_up_to_whole_seconds() {
-        assert_eq!(retry_after_secs(Duration::from_millis(200)), 1, "a fraction waits a whole second");
-        assert_eq!(retry_after_secs(Duration::from_secs(3)), 3, "whole seconds stay as they are");
-        assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3, "2.001 s rounds up to 3");
+        assert_eq!(
+            retry_after_secs(Duration::from_millis(200)),
+            1,
+            "a fraction waits a whole second"
+        );
+        assert_eq!(
+            retry_after_secs(Duration::from_secs(3)),
+            3,
+            "whole seconds stay as they are"
+        );
+        assert_eq!(
+            retry_after_secs(Duration::from_millis(2001)),
+            3,
+            "2.001 s rounds up to 3"
+        );
         assert_eq!(retry_after_secs(Duration::ZERO), 0, "no wait is 0");
     }
 
@@ -208,9 +222,21 @@ mod tests {
     fn error_headers_carry_request_id_and_both_retry_hints() {
         let reply = ErrorReply::busy();
         let h = reply.headers("req_1");
-        assert_eq!(h.get("x-request-id").map(|v| v.as_bytes()), Some(&b"req_1"[..]), "request id header");
-        assert_eq!(h.get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]), "busy says retry after 1 s");
-        assert_eq!(h.get("retry-after-ms").map(|v| v.as_bytes()), Some(&b"1000"[..]), "precise hint");
+        assert_eq!(
+            h.get("x-request-id").map(|v| v.as_bytes()),
+            Some(&b"req_1"[..]),
+            "request id header"
+        );
+        assert_eq!(
+            h.get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"1"[..]),
+            "busy says retry after 1 s"
+        );
+        assert_eq!(
+            h.get("retry-after-ms").map(|v| v.as_bytes()),
+            Some(&b"1000"[..]),
+            "precise hint"
+        );
     }
 
     #[test]
@@ -228,7 +254,11 @@ mod tests {
         let reply = ErrorReply::from_gateway(&e);
         assert_eq!(reply.status, 400, "unknown model is a client error");
         assert_eq!(reply.code, Some("model_not_found"), "OpenAI's code for it");
-        assert!(reply.message.contains("chat, fast"), "message lists known models: {}", reply.message);
+        assert!(
+            reply.message.contains("chat, fast"),
+            "message lists known models: {}",
+            reply.message
+        );
     }
 
     #[test]

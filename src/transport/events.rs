@@ -17,6 +17,15 @@ pub async fn await_commit(events: &mut EventStream) -> Result<Envelope, ErrorRep
     }
 }
 
+/// The upstream model that served, never the client's alias (falls back to the route).
+pub fn served_model(envelope: &Envelope, alias: &str) -> String {
+    envelope
+        .model
+        .clone()
+        .or_else(|| envelope.route.clone())
+        .unwrap_or_else(|| alias.to_string())
+}
+
 /// A whole answer, drained from a committed stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
@@ -109,7 +118,11 @@ mod tests {
     #[tokio::test]
     async fn text_before_start_breaks_the_contract() {
         let mut s = events(vec![StreamEvent::TextDelta("hi".into())]);
-        assert_eq!(await_commit(&mut s).await.err().map(|r| r.status), Some(500), "internal error");
+        assert_eq!(
+            await_commit(&mut s).await.err().map(|r| r.status),
+            Some(500),
+            "internal error"
+        );
     }
 
     #[tokio::test]
@@ -133,15 +146,25 @@ mod tests {
         let answer = drain(Envelope::default(), s).await;
         let answer = answer.as_ref().ok();
         assert_eq!(answer.map(|a| a.text.as_str()), Some("Hello"), "text is joined");
-        assert_eq!(answer.map(|a| a.tool_calls.clone()), Some(vec![call]), "tool calls kept");
-        assert_eq!(answer.and_then(|a| a.usage).map(|u| u.output_tokens), Some(2), "usage kept");
+        assert_eq!(
+            answer.map(|a| a.tool_calls.clone()),
+            Some(vec![call]),
+            "tool calls kept"
+        );
+        assert_eq!(
+            answer.and_then(|a| a.usage).map(|u| u.output_tokens),
+            Some(2),
+            "usage kept"
+        );
     }
 
     #[tokio::test]
     async fn reset_discards_what_was_gathered() {
         let s = events(vec![
             StreamEvent::TextDelta("wrong".into()),
-            StreamEvent::Reset { reason: "route failed".into() },
+            StreamEvent::Reset {
+                reason: "route failed".into(),
+            },
             StreamEvent::TextDelta("right".into()),
             finish(FinishReason::Stop),
         ]);
@@ -151,12 +174,23 @@ mod tests {
 
     #[tokio::test]
     async fn truncated_and_unfinished_answers_are_errors() {
-        let s = events(vec![StreamEvent::TextDelta("par".into()), finish(FinishReason::Truncated)]);
+        let s = events(vec![
+            StreamEvent::TextDelta("par".into()),
+            finish(FinishReason::Truncated),
+        ]);
         let reply = drain(Envelope::default(), s).await.err();
-        assert_eq!(reply.and_then(|r| r.code), Some("truncated"), "truncation is not a success");
+        assert_eq!(
+            reply.and_then(|r| r.code),
+            Some("truncated"),
+            "truncation is not a success"
+        );
 
         let s = events(vec![StreamEvent::TextDelta("par".into())]);
         let reply = drain(Envelope::default(), s).await.err();
-        assert_eq!(reply.map(|r| r.status), Some(500), "a stream that just stops is an error");
+        assert_eq!(
+            reply.map(|r| r.status),
+            Some(500),
+            "a stream that just stops is an error"
+        );
     }
 }

@@ -1,11 +1,46 @@
-//! Client-facing transports (placeholder until the dialects land).
+//! Client-facing transports: each dialect decodes its request into a `ChatRequest`, calls
+//! the gateway, and renders the `StreamEvent` stream back in its own wire format.
+//!
+//! Every chat endpoint follows the same steps: build the `RequestCtx` from the headers,
+//! take a stream permit (none left → 503 with `retry-after: 1`), decode the body, call
+//! the gateway, wait for the first event. `Error` first means nothing was committed: the
+//! client gets a real HTTP status. `Start` first commits: response headers go out with
+//! the envelope, and the rest of the stream is mapped to frames as the client reads them.
+//! Nothing here spawns a task on the stream path; when the client goes away the body (or
+//! socket session) is dropped, and with it the event stream and every upstream attempt.
+//!
+//! Layout:
+//! - `openai`: `POST /v1/chat/completions`, `GET /v1/models` (request decoding, chunks).
+//! - `anthropic`: `POST /v1/messages` (request decoding, named events).
+//! - `ws`: `GET /v1/ws`, many requests multiplexed per socket (docs/ws-protocol.md).
+//! - `native_sse`: `POST|GET /v1/stream`, the native events over SSE for browsers.
+//! - `native`: the native messages shared by `ws` and `native_sse`.
+//! - `events`: the commit point, and draining a stream for non-streaming replies.
+//! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
+//! - `error`: errors as clients see them, rendered by each dialect.
+//! - `ops`: health, readiness and metrics routes (mounted by the server).
 
+pub mod anthropic;
+pub mod error;
+pub mod events;
+pub mod native;
+pub mod native_sse;
+pub mod openai;
 pub mod ops;
+pub mod sse_out;
+pub mod ws;
 
+use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::server::AppState;
 
+/// The chat endpoints of every dialect.
 pub fn routes() -> Router<AppState> {
     Router::new()
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/models", get(openai::list_models))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/ws", any(ws::upgrade))
+        .route("/v1/stream", post(native_sse::post_stream).get(native_sse::get_stream))
 }

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::error::ErrorReply;
+use super::error::{DecodeError, ErrorReply};
 use crate::gateway::{GatewayError, RequestCtx};
 use crate::types::{Envelope, ErrorEvent, FinishReason, Level, ResponseType, StreamEvent, ToolCall, Usage};
 
@@ -108,7 +108,7 @@ impl ServerMessage {
             class: reply.class.as_str().to_string(),
             message: reply.message.clone(),
             retry_after_ms: reply.retry_after_ms(),
-            envelope: reply.envelope.clone(),
+            envelope: reply.envelope.as_deref().cloned(),
         }
     }
 
@@ -151,10 +151,13 @@ pub struct ChatOptions {
 
 impl ChatOptions {
     /// Applies the options over a context built from the connection's headers.
-    pub fn apply(&self, ctx: &mut RequestCtx) -> Result<(), ErrorReply> {
+    pub fn apply(&self, ctx: &mut RequestCtx) -> Result<(), DecodeError> {
         if let Some(t) = &self.response_type {
             ctx.response_type = Some(ResponseType::parse(t).ok_or_else(|| {
-                ErrorReply::bad_request(format!("options.response_type must be prose, structured, tool or voice, not {t:?}"))
+                DecodeError::new(
+                    "options.response_type",
+                    format!("options.response_type must be prose, structured, tool or voice, not {t:?}"),
+                )
             })?);
         }
         if let Some(hedge) = self.hedge {
@@ -162,7 +165,10 @@ impl ChatOptions {
         }
         if let Some(ms) = self.deadline_ms {
             if ms == 0 {
-                return Err(ErrorReply::bad_request("options.deadline_ms must be positive"));
+                return Err(DecodeError::new(
+                    "options.deadline_ms",
+                    "options.deadline_ms must be positive",
+                ));
             }
             ctx.deadline = Some(std::time::Duration::from_millis(ms));
         }
@@ -170,7 +176,12 @@ impl ChatOptions {
             ctx.priority = match p.to_ascii_lowercase().as_str() {
                 "interactive" => crate::gateway::Priority::Interactive,
                 "batch" => crate::gateway::Priority::Batch,
-                _ => return Err(ErrorReply::bad_request(format!("options.priority must be interactive or batch, not {p:?}"))),
+                _ => {
+                    return Err(DecodeError::new(
+                        "options.priority",
+                        format!("options.priority must be interactive or batch, not {p:?}"),
+                    ))
+                }
             };
         }
         if let Some(s) = self.session.as_ref().filter(|s| !s.is_empty()) {
@@ -207,8 +218,22 @@ mod tests {
         let v = to_value(&msg);
         assert!(!terminal, "start is not terminal");
         assert_eq!(
-            (&v["type"], &v["id"], &v["route"], &v["model"], &v["level"], &v["hedged"]),
-            (&json!("start"), &json!("c1"), &json!("r1"), &json!("m1"), &json!("L1"), &json!(true)),
+            (
+                &v["type"],
+                &v["id"],
+                &v["route"],
+                &v["model"],
+                &v["level"],
+                &v["hedged"]
+            ),
+            (
+                &json!("start"),
+                &json!("c1"),
+                &json!("r1"),
+                &json!("m1"),
+                &json!("L1"),
+                &json!(true)
+            ),
             "start fields"
         );
         assert_eq!(v["envelope"]["route"], "r1", "full envelope included");
@@ -216,20 +241,39 @@ mod tests {
 
     #[test]
     fn every_event_has_its_native_shape() {
-        let call = ToolCall { index: 0, id: "call_1".into(), name: "f".into(), arguments: "{\"a\":1}".into() };
+        let call = ToolCall {
+            index: 0,
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: "{\"a\":1}".into(),
+        };
         let cases = vec![
-            (StreamEvent::TextDelta("hi".into()), json!({"type": "delta", "id": "c1", "text": "hi"})),
+            (
+                StreamEvent::TextDelta("hi".into()),
+                json!({"type": "delta", "id": "c1", "text": "hi"}),
+            ),
             (
                 StreamEvent::ToolCall(call),
                 json!({"type": "tool_call", "id": "c1", "call": {"index": 0, "id": "call_1", "name": "f", "arguments": "{\"a\":1}"}}),
             ),
-            (StreamEvent::Reset { reason: "route failed".into() }, json!({"type": "reset", "id": "c1", "reason": "route failed"})),
             (
-                StreamEvent::RouteSwitch { from: "a".into(), to: "b".into() },
+                StreamEvent::Reset {
+                    reason: "route failed".into(),
+                },
+                json!({"type": "reset", "id": "c1", "reason": "route failed"}),
+            ),
+            (
+                StreamEvent::RouteSwitch {
+                    from: "a".into(),
+                    to: "b".into(),
+                },
                 json!({"type": "route_switch", "id": "c1", "from": "a", "to": "b"}),
             ),
             (
-                StreamEvent::Usage(Usage { input_tokens: 1, output_tokens: 2 }),
+                StreamEvent::Usage(Usage {
+                    input_tokens: 1,
+                    output_tokens: 2,
+                }),
                 json!({"type": "usage", "id": "c1", "usage": {"input_tokens": 1, "output_tokens": 2}}),
             ),
         ];
@@ -244,10 +288,17 @@ mod tests {
     fn done_and_error_are_terminal_and_truncation_is_said_plainly() {
         let (msg, terminal) = ServerMessage::from_event(
             "c1",
-            StreamEvent::Finish { reason: FinishReason::Truncated, envelope: Envelope::default() },
+            StreamEvent::Finish {
+                reason: FinishReason::Truncated,
+                envelope: Envelope::default(),
+            },
         );
         assert!(terminal, "done is terminal");
-        assert_eq!(to_value(&msg)["finish_reason"], "truncated", "native clients see truncation as such");
+        assert_eq!(
+            to_value(&msg)["finish_reason"],
+            "truncated",
+            "native clients see truncation as such"
+        );
 
         let (msg, terminal) = ServerMessage::from_event(
             "c1",
@@ -261,7 +312,11 @@ mod tests {
         );
         assert!(terminal, "error is terminal");
         let v = to_value(&msg);
-        assert_eq!((&v["class"], &v["retry_after_ms"]), (&json!("rate_limited"), &json!(1500)), "class and retry hint");
+        assert_eq!(
+            (&v["class"], &v["retry_after_ms"]),
+            (&json!("rate_limited"), &json!(1500)),
+            "class and retry hint"
+        );
     }
 
     #[test]
@@ -280,15 +335,33 @@ mod tests {
         assert!(ctx.hedge_off, "hedge off");
         assert_eq!(ctx.deadline, Some(std::time::Duration::from_millis(2500)), "deadline");
         assert_eq!(ctx.priority, Priority::Batch, "priority");
-        assert_eq!((ctx.session.as_deref(), ctx.region.as_deref()), (Some("s1"), Some("eu")), "session and region");
+        assert_eq!(
+            (ctx.session.as_deref(), ctx.region.as_deref()),
+            (Some("s1"), Some("eu")),
+            "session and region"
+        );
     }
 
     #[test]
     fn invalid_options_are_bad_requests() {
         let mut ctx = RequestCtx::new(Dialect::Native);
-        let bad = ChatOptions { response_type: Some("poetry".into()), ..ChatOptions::default() };
-        assert_eq!(bad.apply(&mut ctx).map_err(|e| e.status), Err(400), "unknown response type");
-        let bad = ChatOptions { deadline_ms: Some(0), ..ChatOptions::default() };
-        assert_eq!(bad.apply(&mut ctx).map_err(|e| e.status), Err(400), "zero deadline");
+        let bad = ChatOptions {
+            response_type: Some("poetry".into()),
+            ..ChatOptions::default()
+        };
+        assert_eq!(
+            bad.apply(&mut ctx).map_err(|e| e.param),
+            Err(Some("options.response_type".into())),
+            "unknown response type"
+        );
+        let bad = ChatOptions {
+            deadline_ms: Some(0),
+            ..ChatOptions::default()
+        };
+        assert_eq!(
+            bad.apply(&mut ctx).map_err(|e| e.param),
+            Err(Some("options.deadline_ms".into())),
+            "zero deadline"
+        );
     }
 }

@@ -37,7 +37,12 @@ pub struct Reply {
 pub async fn chat_completions(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let ctx = match RequestCtx::from_headers(&headers, Dialect::OpenAi) {
         Ok(ctx) => ctx,
-        Err(e) => return error_response(&ErrorReply::from_gateway(&e), &RequestCtx::new(Dialect::OpenAi).request_id),
+        Err(e) => {
+            return error_response(
+                &ErrorReply::from_gateway(&e),
+                &RequestCtx::new(Dialect::OpenAi).request_id,
+            )
+        }
     };
     let Ok(permit) = state.streams.clone().try_acquire_owned() else {
         return error_response(&ErrorReply::busy(), &ctx.request_id);
@@ -181,9 +186,16 @@ mod tests {
         })]));
         let resp = reply(events, how(true), permit(&sem)).await;
         assert_eq!(resp.status(), 429, "status from the error event");
-        assert_eq!(resp.headers().get("retry-after").map(|v| v.as_bytes()), Some(&b"2"[..]), "rounded up");
+        assert_eq!(
+            resp.headers().get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"2"[..]),
+            "rounded up"
+        );
         let body = body_text(resp).await;
-        assert!(body.contains("\"type\":\"rate_limit_error\""), "OpenAI error JSON: {body}");
+        assert!(
+            body.contains("\"type\":\"rate_limit_error\""),
+            "OpenAI error JSON: {body}"
+        );
         assert_eq!(sem.available_permits(), 1, "the permit is released with the error");
     }
 
@@ -201,15 +213,30 @@ mod tests {
         let resp = reply(events, how(true), permit(&sem)).await;
         assert_eq!(resp.status(), 200, "committed");
         let h = resp.headers();
-        assert_eq!(h.get("content-type").map(|v| v.as_bytes()), Some(&b"text/event-stream"[..]), "SSE");
-        assert_eq!(h.get("x-accel-buffering").map(|v| v.as_bytes()), Some(&b"no"[..]), "no proxy buffering");
-        assert_eq!(h.get("x-tailcut-route").map(|v| v.as_bytes()), Some(&b"openai-eu"[..]), "route header");
+        assert_eq!(
+            h.get("content-type").map(|v| v.as_bytes()),
+            Some(&b"text/event-stream"[..]),
+            "SSE"
+        );
+        assert_eq!(
+            h.get("x-accel-buffering").map(|v| v.as_bytes()),
+            Some(&b"no"[..]),
+            "no proxy buffering"
+        );
+        assert_eq!(
+            h.get("x-tailcut-route").map(|v| v.as_bytes()),
+            Some(&b"openai-eu"[..]),
+            "route header"
+        );
         assert_eq!(sem.available_permits(), 0, "the permit is held while the body streams");
         let body = body_text(resp).await;
         assert!(body.contains("\"role\":\"assistant\""), "role chunk first: {body}");
         assert!(body.contains("\"content\":\"Hi\""), "content chunk: {body}");
         assert!(body.ends_with("data: [DONE]\n\n"), "ends with [DONE]: {body}");
-        assert!(!body.contains("\nid:") && !body.contains("event:"), "no id: or event: lines: {body}");
+        assert!(
+            !body.contains("\nid:") && !body.contains("event:"),
+            "no id: or event: lines: {body}"
+        );
         assert_eq!(sem.available_permits(), 1, "the permit is released when the body ends");
     }
 

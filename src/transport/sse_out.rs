@@ -152,7 +152,11 @@ pub fn envelope_headers(envelope: &Envelope, request_id: &str) -> HeaderMap {
         insert(&mut headers, "x-tailcut-route", route);
     }
     insert(&mut headers, "x-tailcut-level", envelope.level.as_str());
-    insert(&mut headers, "x-tailcut-hedged", if envelope.hedged { "true" } else { "false" });
+    insert(
+        &mut headers,
+        "x-tailcut-hedged",
+        if envelope.hedged { "true" } else { "false" },
+    );
     headers
 }
 
@@ -213,20 +217,36 @@ mod tests {
     #[test]
     fn event_frame_names_the_event_before_its_data() {
         let frame = event_frame("ping", &json!({"type": "ping"}));
-        assert_eq!(&frame[..], b"event: ping\ndata: {\"type\":\"ping\"}\n\n", "event line then data line");
+        assert_eq!(
+            &frame[..],
+            b"event: ping\ndata: {\"type\":\"ping\"}\n\n",
+            "event line then data line"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn keepalive_pings_while_the_stream_is_idle() {
         let idle = stream::pending::<Bytes>();
-        let mut s = Box::pin(with_keepalive(idle, Duration::from_secs(15), Bytes::from_static(PING_COMMENT)));
+        let mut s = Box::pin(with_keepalive(
+            idle,
+            Duration::from_secs(15),
+            Bytes::from_static(PING_COMMENT),
+        ));
         let started = Instant::now();
         let first = s.next().await;
-        assert_eq!(first.as_deref(), Some(PING_COMMENT), "an idle stream gets a ping comment");
+        assert_eq!(
+            first.as_deref(),
+            Some(PING_COMMENT),
+            "an idle stream gets a ping comment"
+        );
         assert_eq!(started.elapsed(), Duration::from_secs(15), "after exactly one interval");
         let second = s.next().await;
         assert_eq!(second.as_deref(), Some(PING_COMMENT), "and again every interval");
-        assert_eq!(started.elapsed(), Duration::from_secs(30), "the timer re-arms after a ping");
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(30),
+            "the timer re-arms after a ping"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -235,7 +255,11 @@ mod tests {
         let out: Vec<Bytes> = with_keepalive(frames, Duration::from_secs(1), Bytes::from_static(PING_COMMENT))
             .collect()
             .await;
-        assert_eq!(out, vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")], "no pings between ready frames");
+        assert_eq!(
+            out,
+            vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
+            "no pings between ready frames"
+        );
     }
 
     #[test]

@@ -57,7 +57,10 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
         .messages
         .ok_or_else(|| DecodeError::new("messages", "messages: field required"))?;
     if raw_messages.is_empty() {
-        return Err(DecodeError::new("messages", "messages: at least one message is required"));
+        return Err(DecodeError::new(
+            "messages",
+            "messages: at least one message is required",
+        ));
     }
     let mut messages = Vec::new();
     if let Some(system) = raw.system {
@@ -104,10 +107,18 @@ fn system_message(system: Value) -> Result<Option<Message>, DecodeError> {
             .enumerate()
             .map(|(i, b)| match (block_type(&b), b.get("text").and_then(Value::as_str)) {
                 ("text", Some(text)) => Ok(ContentPart::Text(text.to_string())),
-                _ => Err(DecodeError::new(format!("system.{i}"), format!("system.{i}: only text blocks are supported"))),
+                _ => Err(DecodeError::new(
+                    format!("system.{i}"),
+                    format!("system.{i}: only text blocks are supported"),
+                )),
             })
             .collect::<Result<Vec<_>, _>>()?,
-        _ => return Err(DecodeError::new("system", "system: must be a string or an array of text blocks")),
+        _ => {
+            return Err(DecodeError::new(
+                "system",
+                "system: must be a string or an array of text blocks",
+            ))
+        }
     };
     Ok(Some(Message {
         content: parts,
@@ -141,7 +152,12 @@ fn turn(i: usize, value: Value, out: &mut Vec<Message>) -> Result<(), DecodeErro
             return Ok(());
         }
         Value::Array(blocks) => blocks,
-        _ => return Err(DecodeError::new(format!("{at}.content"), format!("{at}.content: must be a string or an array of blocks"))),
+        _ => {
+            return Err(DecodeError::new(
+                format!("{at}.content"),
+                format!("{at}.content: must be a string or an array of blocks"),
+            ))
+        }
     };
     let mut current = empty(role);
     for (j, block) in blocks.into_iter().enumerate() {
@@ -162,10 +178,18 @@ fn turn(i: usize, value: Value, out: &mut Vec<Message>) -> Result<(), DecodeErro
             // Earlier reasoning cannot be replayed to another provider; it is dropped.
             ("thinking" | "redacted_thinking", Role::Assistant) => {}
             (kind @ ("tool_use" | "tool_result"), _) => {
-                return Err(DecodeError::new(at.clone(), format!("{at}: a {kind} block cannot appear in a {} turn", raw.role)))
+                return Err(DecodeError::new(
+                    at.clone(),
+                    format!("{at}: a {kind} block cannot appear in a {} turn", raw.role),
+                ))
             }
             ("", _) => return Err(DecodeError::new(at.clone(), format!("{at}.type: field required"))),
-            (other, _) => return Err(DecodeError::new(at.clone(), format!("{at}: block type {other:?} is not supported"))),
+            (other, _) => {
+                return Err(DecodeError::new(
+                    at.clone(),
+                    format!("{at}: block type {other:?} is not supported"),
+                ))
+            }
         }
     }
     if !current.content.is_empty() || !current.tool_calls.is_empty() {
@@ -199,12 +223,22 @@ fn image_block(block: &Value, at: &str) -> Result<ContentPart, DecodeError> {
     let url = match field("type") {
         Some("base64") => match (field("media_type"), field("data")) {
             (Some(media), Some(data)) => format!("data:{media};base64,{data}"),
-            _ => return Err(DecodeError::new(format!("{at}.source"), format!("{at}.source: media_type and data are required"))),
+            _ => {
+                return Err(DecodeError::new(
+                    format!("{at}.source"),
+                    format!("{at}.source: media_type and data are required"),
+                ))
+            }
         },
         Some("url") => field("url")
             .ok_or_else(|| DecodeError::new(format!("{at}.source.url"), format!("{at}.source.url: field required")))?
             .to_string(),
-        _ => return Err(DecodeError::new(format!("{at}.source"), format!("{at}.source: type must be base64 or url"))),
+        _ => {
+            return Err(DecodeError::new(
+                format!("{at}.source"),
+                format!("{at}.source: type must be base64 or url"),
+            ))
+        }
     };
     Ok(ContentPart::ImageUrl { url })
 }
@@ -243,11 +277,19 @@ fn tool_result_block(block: Value, at: &str) -> Result<Message, DecodeError> {
                 match block_type(p) {
                     "text" => text_block(p, &at),
                     "image" => image_block(p, &at),
-                    other => Err(DecodeError::new(at.clone(), format!("{at}: block type {other:?} is not supported in a tool result"))),
+                    other => Err(DecodeError::new(
+                        at.clone(),
+                        format!("{at}: block type {other:?} is not supported in a tool result"),
+                    )),
                 }
             })
             .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => return Err(DecodeError::new(format!("{at}.content"), format!("{at}.content: must be a string or blocks"))),
+        Some(_) => {
+            return Err(DecodeError::new(
+                format!("{at}.content"),
+                format!("{at}.content: must be a string or blocks"),
+            ))
+        }
     };
     Ok(Message {
         content,
@@ -260,11 +302,17 @@ fn tool(i: usize, value: Value) -> Result<ToolSpec, DecodeError> {
     let at = format!("tools.{i}");
     let raw: RawTool = serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("{at}: {e}")))?;
     if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "custom") {
-        return Err(DecodeError::new(at.clone(), format!("{at}: server tool {kind:?} is not supported")));
+        return Err(DecodeError::new(
+            at.clone(),
+            format!("{at}: server tool {kind:?} is not supported"),
+        ));
     }
-    let schema = raw
-        .input_schema
-        .ok_or_else(|| DecodeError::new(format!("{at}.input_schema"), format!("{at}.input_schema: field required")))?;
+    let schema = raw.input_schema.ok_or_else(|| {
+        DecodeError::new(
+            format!("{at}.input_schema"),
+            format!("{at}.input_schema: field required"),
+        )
+    })?;
     Ok(ToolSpec {
         name: raw.name,
         description: raw.description,
@@ -284,7 +332,10 @@ fn tool_choice(value: Value, tools: &[ToolSpec]) -> Result<ToolChoice, DecodeErr
                 .and_then(Value::as_str)
                 .ok_or_else(|| DecodeError::new("tool_choice.name", "tool_choice.name: field required"))?;
             if !tools.iter().any(|t| t.name == name) {
-                return Err(DecodeError::new("tool_choice.name", format!("tool_choice names tool {name:?}, which is not in tools")));
+                return Err(DecodeError::new(
+                    "tool_choice.name",
+                    format!("tool_choice names tool {name:?}, which is not in tools"),
+                ));
             }
             Ok(ToolChoice::Tool(name.to_string()))
         }
@@ -326,7 +377,11 @@ mod tests {
     #[test]
     fn system_string_and_blocks_become_a_system_message() {
         let req = decode(with("system", json!("be brief"))).expect("decodes");
-        assert_eq!(req.messages[0], Message::text(Role::System, "be brief"), "string system");
+        assert_eq!(
+            req.messages[0],
+            Message::text(Role::System, "be brief"),
+            "string system"
+        );
         let req = decode(with("system", json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}])))
             .expect("decodes");
         assert_eq!(req.messages[0].joined_text(), "ab", "system blocks joined in order");
@@ -351,11 +406,26 @@ mod tests {
         );
         let req = decode(v).expect("decodes");
         let roles: Vec<Role> = req.messages.iter().map(|m| m.role).collect();
-        assert_eq!(roles, vec![Role::User, Role::Assistant, Role::Tool, Role::User], "tool result becomes its own message");
-        assert_eq!(req.messages[1].tool_calls[0].arguments, r#"{"city":"Paris"}"#, "input becomes JSON arguments");
-        assert_eq!(req.messages[2].tool_call_id.as_deref(), Some("toolu_1"), "result names its call");
+        assert_eq!(
+            roles,
+            vec![Role::User, Role::Assistant, Role::Tool, Role::User],
+            "tool result becomes its own message"
+        );
+        assert_eq!(
+            req.messages[1].tool_calls[0].arguments, r#"{"city":"Paris"}"#,
+            "input becomes JSON arguments"
+        );
+        assert_eq!(
+            req.messages[2].tool_call_id.as_deref(),
+            Some("toolu_1"),
+            "result names its call"
+        );
         assert_eq!(req.messages[2].joined_text(), "sunny", "result content");
-        assert_eq!(req.messages[3].joined_text(), "thanks", "trailing text stays a user message");
+        assert_eq!(
+            req.messages[3].joined_text(),
+            "thanks",
+            "trailing text stays a user message"
+        );
     }
 
     #[test]
@@ -370,24 +440,41 @@ mod tests {
         let req = decode(v).expect("decodes");
         assert_eq!(
             req.messages[0].content,
-            vec![ContentPart::ImageUrl { url: "data:image/png;base64,AAAA".into() }, ContentPart::ImageUrl { url: "https://x/y.png".into() }],
+            vec![
+                ContentPart::ImageUrl {
+                    url: "data:image/png;base64,AAAA".into()
+                },
+                ContentPart::ImageUrl {
+                    url: "https://x/y.png".into()
+                }
+            ],
             "base64 as data URL, url as is"
         );
     }
 
     #[test]
     fn tools_and_choices_decode() {
-        let mut v = with("tools", json!([{"name": "get_weather", "description": "d", "input_schema": {"type": "object"}}]));
+        let mut v = with(
+            "tools",
+            json!([{"name": "get_weather", "description": "d", "input_schema": {"type": "object"}}]),
+        );
         for (choice, want) in [
             (json!({"type": "auto"}), ToolChoice::Auto),
             (json!({"type": "any"}), ToolChoice::Required),
             (json!({"type": "none"}), ToolChoice::None),
-            (json!({"type": "tool", "name": "get_weather"}), ToolChoice::Tool("get_weather".into())),
+            (
+                json!({"type": "tool", "name": "get_weather"}),
+                ToolChoice::Tool("get_weather".into()),
+            ),
         ] {
             v["tool_choice"] = choice.clone();
             let req = decode(v.clone()).expect("decodes");
             assert_eq!(req.tool_choice, Some(want), "tool_choice {choice}");
-            assert_eq!(req.tools[0].parameters, json!({"type": "object"}), "input_schema is the schema");
+            assert_eq!(
+                req.tools[0].parameters,
+                json!({"type": "object"}),
+                "input_schema is the schema"
+            );
         }
     }
 
@@ -400,7 +487,11 @@ mod tests {
         v["stream"] = json!(true);
         let req = decode(v).expect("decodes");
         assert_eq!(req.sampling.stop, vec!["END".to_string()], "stop sequences");
-        assert_eq!((req.sampling.temperature, req.sampling.top_p), (Some(0.3), Some(0.8)), "sampling");
+        assert_eq!(
+            (req.sampling.temperature, req.sampling.top_p),
+            (Some(0.3), Some(0.8)),
+            "sampling"
+        );
         assert_eq!(req.metadata.get("user_id"), Some(&json!("u")), "metadata");
         assert!(req.stream, "stream");
     }
@@ -408,19 +499,48 @@ mod tests {
     #[test]
     fn bad_requests_name_the_field() {
         let cases = [
-            (json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}), "max_tokens"),
-            (json!({"max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}), "model"),
+            (
+                json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}),
+                "max_tokens",
+            ),
+            (
+                json!({"max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}),
+                "model",
+            ),
             (json!({"model": "chat", "max_tokens": 1}), "messages"),
-            (with("messages", json!([{"role": "system", "content": "x"}])), "messages.0.role"),
-            (with("messages", json!([{"role": "user", "content": [{"type": "document"}]}])), "messages.0.content.0"),
-            (with("messages", json!([{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "b"}]}])), "messages.0.content.0"),
+            (
+                with("messages", json!([{"role": "system", "content": "x"}])),
+                "messages.0.role",
+            ),
+            (
+                with("messages", json!([{"role": "user", "content": [{"type": "document"}]}])),
+                "messages.0.content.0",
+            ),
+            (
+                with(
+                    "messages",
+                    json!([{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "b"}]}]),
+                ),
+                "messages.0.content.0",
+            ),
             (with("tools", json!([{"name": "f"}])), "tools.0.input_schema"),
-            (with("tools", json!([{"type": "web_search_20250305", "name": "web_search"}])), "tools.0"),
-            (with("tool_choice", json!({"type": "tool", "name": "ghost"})), "tool_choice.name"),
+            (
+                with("tools", json!([{"type": "web_search_20250305", "name": "web_search"}])),
+                "tools.0",
+            ),
+            (
+                with("tool_choice", json!({"type": "tool", "name": "ghost"})),
+                "tool_choice.name",
+            ),
         ];
         for (body, param) in cases {
             let e = decode(body.clone()).expect_err("must be rejected");
-            assert_eq!(e.param.as_deref(), Some(param), "{body} is rejected at {param}: {}", e.message);
+            assert_eq!(
+                e.param.as_deref(),
+                Some(param),
+                "{body} is rejected at {param}: {}",
+                e.message
+            );
         }
         let e = decode_request(b"{nope").expect_err("bad JSON");
         assert!(e.message.contains("not valid JSON"), "message: {}", e.message);

@@ -7,8 +7,7 @@ use serde_json::value::RawValue;
 
 use crate::provider::ErrorClass;
 use crate::transport::error::ErrorReply;
-use crate::transport::events::Answer;
-use crate::transport::openai::served_model;
+use crate::transport::events::{served_model, Answer};
 use crate::transport::sse_out::{event_frame, to_json, Flow, FrameEncoder};
 use crate::types::{Envelope, FinishReason, StreamEvent, ToolCall, Usage};
 
@@ -61,7 +60,7 @@ fn error_body(reply: &ErrorReply) -> ErrorBody<'_> {
             kind: error_type(reply.class),
             message: &reply.message,
         },
-        tailcut: reply.envelope.as_ref(),
+        tailcut: reply.envelope.as_deref(),
     }
 }
 
@@ -93,15 +92,25 @@ impl From<Usage> for WireUsage {
 /// A tool call's arguments as a JSON value, without re-serializing them. The mux only
 /// emits calls whose arguments parsed; an empty string means no arguments.
 fn tool_input(call: &ToolCall) -> Box<RawValue> {
-    let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
+    let text = if call.arguments.trim().is_empty() {
+        "{}"
+    } else {
+        call.arguments.as_str()
+    };
     RawValue::from_string(text.to_string()).unwrap_or_else(|_| empty_input())
 }
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
-    Text { text: &'a str },
-    ToolUse { id: &'a str, name: &'a str, input: Box<RawValue> },
+    Text {
+        text: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Box<RawValue>,
+    },
 }
 
 #[derive(Serialize)]
@@ -127,10 +136,22 @@ struct DeltaUsage {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Event<'a> {
-    ContentBlockStart { index: u32, content_block: Block<'a> },
-    ContentBlockDelta { index: u32, delta: BlockDelta<'a> },
-    ContentBlockStop { index: u32 },
-    MessageDelta { delta: StopDelta, usage: DeltaUsage, tailcut: &'a Envelope },
+    ContentBlockStart {
+        index: u32,
+        content_block: Block<'a>,
+    },
+    ContentBlockDelta {
+        index: u32,
+        delta: BlockDelta<'a>,
+    },
+    ContentBlockStop {
+        index: u32,
+    },
+    MessageDelta {
+        delta: StopDelta,
+        usage: DeltaUsage,
+        tailcut: &'a Envelope,
+    },
     MessageStop,
 }
 
@@ -232,19 +253,37 @@ impl EventEncoder {
     fn text(&mut self, text: &str, out: &mut Vec<Bytes>) {
         let index = self.next_index;
         if !self.text_open {
-            out.push(Event::ContentBlockStart { index, content_block: Block::Text { text: "" } }.frame());
+            out.push(
+                Event::ContentBlockStart {
+                    index,
+                    content_block: Block::Text { text: "" },
+                }
+                .frame(),
+            );
             self.text_open = true;
         }
-        out.push(Event::ContentBlockDelta { index, delta: BlockDelta::TextDelta { text } }.frame());
+        out.push(
+            Event::ContentBlockDelta {
+                index,
+                delta: BlockDelta::TextDelta { text },
+            }
+            .frame(),
+        );
     }
 
     /// A complete call: start (empty input), one delta carrying all of it, stop.
     fn tool_call(&mut self, call: &ToolCall, out: &mut Vec<Bytes>) {
         self.close_text(out);
         let index = self.next_index;
-        let content_block = Block::ToolUse { id: &call.id, name: &call.name, input: empty_input() };
+        let content_block = Block::ToolUse {
+            id: &call.id,
+            name: &call.name,
+            input: empty_input(),
+        };
         out.push(Event::ContentBlockStart { index, content_block }.frame());
-        let delta = BlockDelta::InputJsonDelta { partial_json: &call.arguments };
+        let delta = BlockDelta::InputJsonDelta {
+            partial_json: &call.arguments,
+        };
         out.push(Event::ContentBlockDelta { index, delta }.frame());
         self.block_stop(out);
     }
@@ -254,8 +293,14 @@ impl EventEncoder {
         let usage = self.usage.unwrap_or_default();
         out.push(
             Event::MessageDelta {
-                delta: StopDelta { stop_reason: stop_reason(reason), stop_sequence: None },
-                usage: DeltaUsage { output_tokens: usage.output_tokens, input_tokens: usage.input_tokens },
+                delta: StopDelta {
+                    stop_reason: stop_reason(reason),
+                    stop_sequence: None,
+                },
+                usage: DeltaUsage {
+                    output_tokens: usage.output_tokens,
+                    input_tokens: usage.input_tokens,
+                },
                 tailcut: envelope,
             }
             .frame(),
@@ -356,7 +401,10 @@ mod tests {
         for e in events {
             flow = enc.encode(e, &mut out);
         }
-        (out.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect(), flow)
+        (
+            out.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect(),
+            flow,
+        )
     }
 
     fn env_json(env: &Envelope) -> String {
@@ -390,8 +438,14 @@ mod tests {
                 StreamEvent::TextDelta("Hi".into()),
                 StreamEvent::TextDelta("!".into()),
                 StreamEvent::ToolCall(call),
-                StreamEvent::Usage(Usage { input_tokens: 10, output_tokens: 4 }),
-                StreamEvent::Finish { reason: FinishReason::ToolCalls, envelope: start() },
+                StreamEvent::Usage(Usage {
+                    input_tokens: 10,
+                    output_tokens: 4,
+                }),
+                StreamEvent::Finish {
+                    reason: FinishReason::ToolCalls,
+                    envelope: start(),
+                },
             ],
         );
         let expected = format!(
@@ -412,8 +466,16 @@ mod tests {
 
     #[test]
     fn text_after_a_tool_call_opens_a_new_block() {
-        let call = ToolCall { index: 0, id: "t".into(), name: "f".into(), arguments: "{}".into() };
-        let (text, _) = run(&mut encoder(), vec![StreamEvent::ToolCall(call), StreamEvent::TextDelta("x".into())]);
+        let call = ToolCall {
+            index: 0,
+            id: "t".into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+        };
+        let (text, _) = run(
+            &mut encoder(),
+            vec![StreamEvent::ToolCall(call), StreamEvent::TextDelta("x".into())],
+        );
         assert!(
             text.contains("\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\""),
             "the text block takes the next index: {text}"
@@ -454,7 +516,13 @@ mod tests {
 
     #[test]
     fn truncation_and_reset_end_with_an_error_event() {
-        let (text, flow) = run(&mut encoder(), vec![StreamEvent::Finish { reason: FinishReason::Truncated, envelope: start() }]);
+        let (text, flow) = run(
+            &mut encoder(),
+            vec![StreamEvent::Finish {
+                reason: FinishReason::Truncated,
+                envelope: start(),
+            }],
+        );
         assert!(text.starts_with("event: error\n"), "truncation is an error: {text}");
         assert_eq!(flow, Flow::End, "and ends the stream");
         let (text, _) = run(&mut encoder(), vec![StreamEvent::Reset { reason: "x".into() }]);
@@ -477,16 +545,32 @@ mod tests {
     fn message_json_has_blocks_with_parsed_tool_input() {
         let answer = Answer {
             text: "Let me check.".into(),
-            tool_calls: vec![ToolCall { index: 0, id: "toolu_1".into(), name: "f".into(), arguments: r#"{"a":1}"#.into() }],
-            usage: Some(Usage { input_tokens: 3, output_tokens: 5 }),
+            tool_calls: vec![ToolCall {
+                index: 0,
+                id: "toolu_1".into(),
+                name: "f".into(),
+                arguments: r#"{"a":1}"#.into(),
+            }],
+            usage: Some(Usage {
+                input_tokens: 3,
+                output_tokens: 5,
+            }),
             finish: FinishReason::ToolCalls,
             envelope: start(),
         };
         let json: serde_json::Value = serde_json::from_slice(&message_json("req_abc", "chat", &answer)).expect("JSON");
         assert_eq!(json["id"], "msg_abc", "message id");
         assert_eq!(json["type"], "message", "type");
-        assert_eq!(json["content"][0], serde_json::json!({"type": "text", "text": "Let me check."}), "text block");
-        assert_eq!(json["content"][1]["input"], serde_json::json!({"a": 1}), "input is an object, not a string");
+        assert_eq!(
+            json["content"][0],
+            serde_json::json!({"type": "text", "text": "Let me check."}),
+            "text block"
+        );
+        assert_eq!(
+            json["content"][1]["input"],
+            serde_json::json!({"a": 1}),
+            "input is an object, not a string"
+        );
         assert_eq!(json["stop_reason"], "tool_use", "stop reason");
         assert_eq!(json["usage"]["output_tokens"], 5, "usage");
         assert_eq!(json["tailcut"]["route"], "anthropic-eu", "envelope");

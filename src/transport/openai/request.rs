@@ -5,10 +5,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::transport::error::DecodeError;
-use crate::types::{
-    ChatRequest, ContentPart, Message, ResponseFormat, Role, Sampling, ToolCall, ToolChoice,
-    ToolSpec,
-};
+use crate::types::{ChatRequest, ContentPart, Message, ResponseFormat, Role, Sampling, ToolCall, ToolChoice, ToolSpec};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -108,7 +105,10 @@ fn from_raw(raw: RawRequest) -> Result<ChatRequest, DecodeError> {
         .messages
         .ok_or_else(|| DecodeError::new("messages", "missing required parameter: 'messages'"))?;
     if raw_messages.is_empty() {
-        return Err(DecodeError::new("messages", "'messages' must contain at least one message"));
+        return Err(DecodeError::new(
+            "messages",
+            "'messages' must contain at least one message",
+        ));
     }
     match raw.n {
         None | Some(1) => {}
@@ -169,7 +169,12 @@ fn message(i: usize, value: Value) -> Result<Message, DecodeError> {
                 "the deprecated 'function' role is not supported; use 'tool'",
             ))
         }
-        other => return Err(DecodeError::new(format!("{at}.role"), format!("unknown role {other:?} in {at}"))),
+        other => {
+            return Err(DecodeError::new(
+                format!("{at}.role"),
+                format!("unknown role {other:?} in {at}"),
+            ))
+        }
     };
     let content = content_parts(raw.content, &format!("{at}.content"))?;
     let tool_calls = match (role, raw.tool_calls) {
@@ -182,7 +187,10 @@ fn message(i: usize, value: Value) -> Result<Message, DecodeError> {
     };
     let tool_call_id = match role {
         Role::Tool => Some(raw.tool_call_id.filter(|id| !id.is_empty()).ok_or_else(|| {
-            DecodeError::new(format!("{at}.tool_call_id"), format!("{at} has role 'tool' but no tool_call_id"))
+            DecodeError::new(
+                format!("{at}.tool_call_id"),
+                format!("{at} has role 'tool' but no tool_call_id"),
+            )
         })?),
         _ => None,
     };
@@ -197,7 +205,10 @@ fn message(i: usize, value: Value) -> Result<Message, DecodeError> {
 
 fn assistant_tool_call(at: &str, index: usize, raw: RawToolCall) -> Result<ToolCall, DecodeError> {
     if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "function") {
-        return Err(DecodeError::new(at, format!("{at}: tool call type {kind:?} is not supported")));
+        return Err(DecodeError::new(
+            at,
+            format!("{at}: tool call type {kind:?} is not supported"),
+        ));
     }
     Ok(ToolCall {
         index: u32::try_from(index).unwrap_or(u32::MAX),
@@ -217,7 +228,10 @@ pub(crate) fn content_parts(value: Option<Value>, at: &str) -> Result<Vec<Conten
             .enumerate()
             .map(|(j, p)| content_part(p, &format!("{at}[{j}]")))
             .collect(),
-        Some(_) => Err(DecodeError::new(at, format!("{at} must be a string or an array of content parts"))),
+        Some(_) => Err(DecodeError::new(
+            at,
+            format!("{at} must be a string or an array of content parts"),
+        )),
     }
 }
 
@@ -242,7 +256,10 @@ fn content_part(part: Value, at: &str) -> Result<ContentPart, DecodeError> {
                 .ok_or_else(|| DecodeError::new(at, format!("{at} has type \"image_url\" but no image_url.url")))
         }
         "" => Err(DecodeError::new(at, format!("{at} has no 'type'"))),
-        other => Err(DecodeError::new(at, format!("{at}: content part type {other:?} is not supported"))),
+        other => Err(DecodeError::new(
+            at,
+            format!("{at}: content part type {other:?} is not supported"),
+        )),
     }
 }
 
@@ -251,13 +268,19 @@ fn tool(i: usize, value: Value) -> Result<ToolSpec, DecodeError> {
     let raw: RawTool =
         serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("invalid {at}: {e}")))?;
     if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "function") {
-        return Err(DecodeError::new(at.clone(), format!("{at}: tool type {kind:?} is not supported")));
+        return Err(DecodeError::new(
+            at.clone(),
+            format!("{at}: tool type {kind:?} is not supported"),
+        ));
     }
     let function = raw
         .function
         .ok_or_else(|| DecodeError::new(format!("{at}.function"), format!("{at} has no 'function'")))?;
     if function.name.is_empty() {
-        return Err(DecodeError::new(format!("{at}.function.name"), format!("{at} has an empty name")));
+        return Err(DecodeError::new(
+            format!("{at}.function.name"),
+            format!("{at} has an empty name"),
+        ));
     }
     Ok(ToolSpec {
         name: function.name,
@@ -292,12 +315,10 @@ fn tool_choice(value: Value, tools: &[ToolSpec]) -> Result<Option<ToolChoice>, D
                     .to_string(),
             )
         }
-        _ => {
-            return Err(DecodeError::new(
-                "tool_choice",
-                "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\":\"function\",\"function\":{\"name\":…}}",
-            ))
-        }
+        _ => return Err(DecodeError::new(
+            "tool_choice",
+            "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\":\"function\",\"function\":{\"name\":…}}",
+        )),
     };
     match &choice {
         ToolChoice::Required if tools.is_empty() => Err(DecodeError::new(
@@ -323,13 +344,23 @@ fn response_format(value: Value) -> Result<Option<ResponseFormat>, DecodeError> 
         "json_object" => Ok(Some(ResponseFormat::JsonObject)),
         "json_schema" => {
             let spec = value.get("json_schema").ok_or_else(|| {
-                DecodeError::new("response_format.json_schema", "response_format of type json_schema needs 'json_schema'")
+                DecodeError::new(
+                    "response_format.json_schema",
+                    "response_format of type json_schema needs 'json_schema'",
+                )
             })?;
             let schema = spec.get("schema").cloned().ok_or_else(|| {
-                DecodeError::new("response_format.json_schema.schema", "response_format.json_schema.schema is required")
+                DecodeError::new(
+                    "response_format.json_schema.schema",
+                    "response_format.json_schema.schema is required",
+                )
             })?;
             Ok(Some(ResponseFormat::JsonSchema {
-                name: spec.get("name").and_then(Value::as_str).unwrap_or("response").to_string(),
+                name: spec
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("response")
+                    .to_string(),
                 schema,
                 strict: spec.get("strict").and_then(Value::as_bool),
             }))
@@ -406,7 +437,11 @@ mod tests {
             json!([{"role": "developer", "content": "be brief"}, {"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]),
         );
         let roles: Vec<Role> = decode(v).expect("decodes").messages.iter().map(|m| m.role).collect();
-        assert_eq!(roles, vec![Role::System, Role::System, Role::User], "developer is a system prompt");
+        assert_eq!(
+            roles,
+            vec![Role::System, Role::System, Role::User],
+            "developer is a system prompt"
+        );
     }
 
     #[test]
@@ -421,7 +456,12 @@ mod tests {
         let req = decode(v).expect("decodes");
         assert_eq!(
             req.messages[0].content,
-            vec![ContentPart::Text("what is this?".into()), ContentPart::ImageUrl { url: "https://x/y.png".into() }],
+            vec![
+                ContentPart::Text("what is this?".into()),
+                ContentPart::ImageUrl {
+                    url: "https://x/y.png".into()
+                }
+            ],
             "text and image parts in order"
         );
     }
@@ -433,8 +473,16 @@ mod tests {
             json!([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]),
         );
         let e = err_of(v);
-        assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"), "param points at the part");
-        assert!(e.message.contains("input_audio"), "message names the type: {}", e.message);
+        assert_eq!(
+            e.param.as_deref(),
+            Some("messages[0].content[0]"),
+            "param points at the part"
+        );
+        assert!(
+            e.message.contains("input_audio"),
+            "message names the type: {}",
+            e.message
+        );
     }
 
     #[test]
@@ -454,16 +502,29 @@ mod tests {
         assert!(assistant.content.is_empty(), "null content is no parts");
         assert_eq!(
             assistant.tool_calls,
-            vec![ToolCall { index: 0, id: "call_1".into(), name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() }],
+            vec![ToolCall {
+                index: 0,
+                id: "call_1".into(),
+                name: "get_weather".into(),
+                arguments: "{\"city\":\"Paris\"}".into()
+            }],
             "the call is kept with its raw arguments"
         );
-        assert_eq!(req.messages[2].tool_call_id.as_deref(), Some("call_1"), "tool result names its call");
+        assert_eq!(
+            req.messages[2].tool_call_id.as_deref(),
+            Some("call_1"),
+            "tool result names its call"
+        );
     }
 
     #[test]
     fn tool_message_without_call_id_is_rejected() {
         let e = err_of(with("messages", json!([{"role": "tool", "content": "x"}])));
-        assert_eq!(e.param.as_deref(), Some("messages[0].tool_call_id"), "param names the missing field");
+        assert_eq!(
+            e.param.as_deref(),
+            Some("messages[0].tool_call_id"),
+            "param names the missing field"
+        );
     }
 
     #[test]
@@ -482,18 +543,30 @@ mod tests {
         let req = decode(v).expect("decodes");
         assert_eq!(req.tools[0].name, "get_weather", "tool name");
         assert_eq!(req.tools[0].parameters, json!({"type": "object"}), "schema kept");
-        assert_eq!(req.tool_choice, Some(ToolChoice::Tool("get_weather".into())), "named choice");
+        assert_eq!(
+            req.tool_choice,
+            Some(ToolChoice::Tool("get_weather".into())),
+            "named choice"
+        );
     }
 
     #[test]
     fn tool_without_parameters_gets_an_empty_object_schema() {
-        let req = decode(with("tools", json!([{"type": "function", "function": {"name": "now"}}]))).expect("decodes");
+        let req = decode(with(
+            "tools",
+            json!([{"type": "function", "function": {"name": "now"}}]),
+        ))
+        .expect("decodes");
         assert_eq!(req.tools[0].parameters, empty_object_schema(), "default schema");
     }
 
     #[test]
     fn string_tool_choices_decode() {
-        for (s, want) in [("auto", ToolChoice::Auto), ("none", ToolChoice::None), ("required", ToolChoice::Required)] {
+        for (s, want) in [
+            ("auto", ToolChoice::Auto),
+            ("none", ToolChoice::None),
+            ("required", ToolChoice::Required),
+        ] {
             let mut v = with("tools", json!([{"type": "function", "function": {"name": "f"}}]));
             v["tool_choice"] = json!(s);
             assert_eq!(decode(v).expect("decodes").tool_choice, Some(want), "tool_choice {s}");
@@ -502,7 +575,10 @@ mod tests {
 
     #[test]
     fn tool_choice_naming_a_missing_tool_is_rejected() {
-        let e = err_of(with("tool_choice", json!({"type": "function", "function": {"name": "ghost"}})));
+        let e = err_of(with(
+            "tool_choice",
+            json!({"type": "function", "function": {"name": "ghost"}}),
+        ));
         assert_eq!(e.param.as_deref(), Some("tool_choice"), "param");
         assert!(e.message.contains("ghost"), "names the tool: {}", e.message);
     }
@@ -518,7 +594,11 @@ mod tests {
         .expect("decodes");
         assert_eq!(
             req.response_format,
-            Some(ResponseFormat::JsonSchema { name: "answer".into(), schema: json!({"type": "object"}), strict: Some(true) }),
+            Some(ResponseFormat::JsonSchema {
+                name: "answer".into(),
+                schema: json!({"type": "object"}),
+                strict: Some(true)
+            }),
             "json_schema with name, schema and strict"
         );
         let req = decode(with("response_format", json!({"type": "text"}))).expect("decodes");
@@ -527,7 +607,10 @@ mod tests {
 
     #[test]
     fn json_schema_without_schema_is_rejected() {
-        let e = err_of(with("response_format", json!({"type": "json_schema", "json_schema": {"name": "x"}})));
+        let e = err_of(with(
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "x"}}),
+        ));
         assert_eq!(e.param.as_deref(), Some("response_format.json_schema.schema"), "param");
     }
 
@@ -555,13 +638,20 @@ mod tests {
         );
         let s = decode(with("stop", json!(["a", "b"]))).expect("decodes").sampling;
         assert_eq!(s.stop, vec!["a".to_string(), "b".to_string()], "stop as an array");
-        assert!(err_of(with("stop", json!(3))).message.contains("stop"), "stop of the wrong type is rejected");
+        assert!(
+            err_of(with("stop", json!(3))).message.contains("stop"),
+            "stop of the wrong type is rejected"
+        );
     }
 
     #[test]
     fn max_completion_tokens_wins_over_max_tokens() {
         let mut v = with("max_tokens", json!(10));
-        assert_eq!(decode(v.clone()).expect("decodes").max_tokens, Some(10), "max_tokens alone");
+        assert_eq!(
+            decode(v.clone()).expect("decodes").max_tokens,
+            Some(10),
+            "max_tokens alone"
+        );
         v["max_completion_tokens"] = json!(20);
         assert_eq!(decode(v).expect("decodes").max_tokens, Some(20), "the newer field wins");
     }
@@ -584,7 +674,11 @@ mod tests {
     fn n_above_one_is_rejected_saying_so() {
         let e = err_of(with("n", json!(3)));
         assert_eq!(e.param.as_deref(), Some("n"), "param is n");
-        assert!(e.message.contains("not supported"), "message says n>1 is unsupported: {}", e.message);
+        assert!(
+            e.message.contains("not supported"),
+            "message says n>1 is unsupported: {}",
+            e.message
+        );
         assert!(decode(with("n", json!(1))).is_ok(), "n = 1 is fine");
     }
 

@@ -6,22 +6,13 @@ use serde::Serialize;
 
 use crate::provider::ErrorClass;
 use crate::transport::error::ErrorReply;
-use crate::transport::events::Answer;
-use crate::transport::sse_out::{data_frame, FrameEncoder, Flow, DONE_FRAME};
+use crate::transport::events::{served_model, Answer};
+use crate::transport::sse_out::{data_frame, Flow, FrameEncoder, DONE_FRAME};
 use crate::types::{Envelope, FinishReason, StreamEvent, ToolCall, Usage};
 
 /// `chatcmpl-…` from the request id, so logs and responses correlate.
 pub fn completion_id(request_id: &str) -> String {
     format!("chatcmpl-{}", request_id.strip_prefix("req_").unwrap_or(request_id))
-}
-
-/// The upstream model that served, never the client's alias (falls back to the route).
-pub fn served_model(envelope: &Envelope, alias: &str) -> String {
-    envelope
-        .model
-        .clone()
-        .or_else(|| envelope.route.clone())
-        .unwrap_or_else(|| alias.to_string())
 }
 
 /// OpenAI has no `refusal` or `truncated` finish reason; a refusal is a content filter,
@@ -155,7 +146,7 @@ fn error_body(reply: &ErrorReply) -> ErrorBody<'_> {
             param: reply.param.as_deref(),
             code: error_code(reply),
         },
-        tailcut: reply.envelope.as_ref(),
+        tailcut: reply.envelope.as_deref(),
     }
 }
 
@@ -287,7 +278,10 @@ impl FrameEncoder for ChunkEncoder {
 
     fn encode_unfinished(&mut self, out: &mut Vec<Bytes>) {
         let envelope = Some(self.envelope.clone());
-        out.push(error_frame(&ErrorReply::broken_stream("ended without a finish", envelope)));
+        out.push(error_frame(&ErrorReply::broken_stream(
+            "ended without a finish",
+            envelope,
+        )));
     }
 }
 
@@ -384,7 +378,9 @@ mod tests {
         let frame = encoder(false).role_frame();
         assert_eq!(
             String::from_utf8_lossy(&frame),
-            format!("{HEAD}{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"),
+            format!(
+                "{HEAD}{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+            ),
             "role chunk golden"
         );
     }
@@ -428,10 +424,19 @@ mod tests {
     fn finish_sends_reason_with_envelope_then_usage_then_done() {
         let env = Envelope { attempts: 2, ..start() };
         let env_json = serde_json::to_string(&env).expect("envelope serializes");
-        let usage = Usage { input_tokens: 5, output_tokens: 7 };
+        let usage = Usage {
+            input_tokens: 5,
+            output_tokens: 7,
+        };
         let (text, flow) = run(
             &mut encoder(true),
-            vec![StreamEvent::Usage(usage), StreamEvent::Finish { reason: FinishReason::Stop, envelope: env }],
+            vec![
+                StreamEvent::Usage(usage),
+                StreamEvent::Finish {
+                    reason: FinishReason::Stop,
+                    envelope: env,
+                },
+            ],
         );
         let expected = format!(
             "{HEAD}{{}},\"logprobs\":null,\"finish_reason\":\"stop\"}}],\"tailcut\":{env_json}}}\n\n\
@@ -447,11 +452,20 @@ mod tests {
         let (text, _) = run(
             &mut encoder(false),
             vec![
-                StreamEvent::Usage(Usage { input_tokens: 1, output_tokens: 1 }),
-                StreamEvent::Finish { reason: FinishReason::Length, envelope: start() },
+                StreamEvent::Usage(Usage {
+                    input_tokens: 1,
+                    output_tokens: 1,
+                }),
+                StreamEvent::Finish {
+                    reason: FinishReason::Length,
+                    envelope: start(),
+                },
             ],
         );
-        assert!(!text.contains("\"usage\""), "no usage chunk without include_usage: {text}");
+        assert!(
+            !text.contains("\"usage\""),
+            "no usage chunk without include_usage: {text}"
+        );
         assert!(text.contains("\"finish_reason\":\"length\""), "length is kept: {text}");
         assert!(text.ends_with("data: [DONE]\n\n"), "still ends with [DONE]");
     }
@@ -482,9 +496,15 @@ mod tests {
     fn truncated_finish_is_an_error_never_done() {
         let (text, flow) = run(
             &mut encoder(false),
-            vec![StreamEvent::Finish { reason: FinishReason::Truncated, envelope: start() }],
+            vec![StreamEvent::Finish {
+                reason: FinishReason::Truncated,
+                envelope: start(),
+            }],
         );
-        assert!(text.starts_with("data: {\"error\":"), "truncation is an in-band error: {text}");
+        assert!(
+            text.starts_with("data: {\"error\":"),
+            "truncation is an in-band error: {text}"
+        );
         assert!(text.contains("\"code\":\"truncated\""), "with its own code: {text}");
         assert!(!text.contains("[DONE]"), "never [DONE] for a truncated answer");
         assert_eq!(flow, Flow::End, "and the stream ends");
@@ -492,16 +512,33 @@ mod tests {
 
     #[test]
     fn reset_cannot_be_expressed_so_it_ends_with_an_error() {
-        let (text, flow) = run(&mut encoder(false), vec![StreamEvent::Reset { reason: "route died".into() }]);
-        assert!(text.contains("\"code\":\"restarted\""), "reset becomes an error: {text}");
+        let (text, flow) = run(
+            &mut encoder(false),
+            vec![StreamEvent::Reset {
+                reason: "route died".into(),
+            }],
+        );
+        assert!(
+            text.contains("\"code\":\"restarted\""),
+            "reset becomes an error: {text}"
+        );
         assert_eq!(flow, Flow::End, "and ends the stream");
     }
 
     #[test]
     fn route_switch_is_invisible() {
-        let (text, flow) =
-            run(&mut encoder(false), vec![StreamEvent::RouteSwitch { from: "a".into(), to: "b".into() }]);
-        assert_eq!((text.as_str(), flow), ("", Flow::Continue), "a continue is seamless for this dialect");
+        let (text, flow) = run(
+            &mut encoder(false),
+            vec![StreamEvent::RouteSwitch {
+                from: "a".into(),
+                to: "b".into(),
+            }],
+        );
+        assert_eq!(
+            (text.as_str(), flow),
+            ("", Flow::Continue),
+            "a continue is seamless for this dialect"
+        );
     }
 
     #[test]
@@ -514,7 +551,11 @@ mod tests {
 
     #[test]
     fn model_is_the_served_upstream_model() {
-        let env = Envelope { model: None, route: Some("r1".into()), ..Envelope::default() };
+        let env = Envelope {
+            model: None,
+            route: Some("r1".into()),
+            ..Envelope::default()
+        };
         assert_eq!(served_model(&start(), "chat"), "gpt-4o-mini", "the envelope's model");
         assert_eq!(served_model(&env, "chat"), "r1", "else the route");
     }
@@ -532,8 +573,16 @@ mod tests {
     fn completion_json_has_message_tools_usage_and_envelope() {
         let answer = Answer {
             text: String::new(),
-            tool_calls: vec![ToolCall { index: 0, id: "call_1".into(), name: "f".into(), arguments: "{}".into() }],
-            usage: Some(Usage { input_tokens: 2, output_tokens: 3 }),
+            tool_calls: vec![ToolCall {
+                index: 0,
+                id: "call_1".into(),
+                name: "f".into(),
+                arguments: "{}".into(),
+            }],
+            usage: Some(Usage {
+                input_tokens: 2,
+                output_tokens: 3,
+            }),
             finish: FinishReason::ToolCalls,
             envelope: start(),
         };
@@ -544,7 +593,10 @@ mod tests {
         let msg = &json["choices"][0]["message"];
         assert!(msg["content"].is_null(), "content is null when only tools were called");
         assert_eq!(msg["tool_calls"][0]["function"]["name"], "f", "tool call");
-        assert!(msg["tool_calls"][0].get("index").is_none(), "no index in a whole message");
+        assert!(
+            msg["tool_calls"][0].get("index").is_none(),
+            "no index in a whole message"
+        );
         assert_eq!(json["choices"][0]["finish_reason"], "tool_calls", "finish");
         assert_eq!(json["usage"]["total_tokens"], 5, "usage totals");
         assert_eq!(json["tailcut"]["route"], "openai-eu", "envelope");

@@ -1,0 +1,216 @@
+//! Native SSE for browsers: `POST /v1/stream` (OpenAI-style body, read with fetch) and
+//! `GET /v1/stream?q=<JSON request>` (for `EventSource`), streaming the native messages
+//! as named events: `start`, `delta`, `tool_call`, `reset`, `route_switch`, `usage`,
+//! `done`, `error`.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Deserialize;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::error::{DecodeError, ErrorReply};
+use super::events::await_commit;
+use super::native::{ChatOptions, ServerMessage};
+use super::openai::{decode_request, decode_value};
+use super::sse_out::{
+    encoded, envelope_headers, event_frame, json_response, sse_response, Flow, FrameEncoder, PING_COMMENT,
+};
+use crate::gateway::{Dialect, RequestCtx};
+use crate::server::AppState;
+use crate::types::{ChatRequest, EventStream, StreamEvent};
+
+/// `GET /v1/stream` parameters: `EventSource` cannot send a body or headers, so the
+/// request and the per-request options ride in the query string.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StreamQuery {
+    q: Option<String>,
+    response_type: Option<String>,
+    hedge: Option<bool>,
+    deadline_ms: Option<u64>,
+    priority: Option<String>,
+    session: Option<String>,
+    region: Option<String>,
+}
+
+pub async fn post_stream(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    start(state, headers, decode_request(&body), ChatOptions::default()).await
+}
+
+pub async fn get_stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<StreamQuery>,
+) -> Response {
+    let decoded = match query.q.as_deref() {
+        None | Some("") => Err(DecodeError::new("q", "pass the request as ?q=<URL-encoded JSON>")),
+        Some(q) => serde_json::from_str(q)
+            .map_err(|e| DecodeError::new("q", format!("q is not valid JSON: {e}")))
+            .and_then(decode_value),
+    };
+    let options = ChatOptions {
+        response_type: query.response_type,
+        hedge: query.hedge,
+        deadline_ms: query.deadline_ms,
+        priority: query.priority,
+        session: query.session,
+        region: query.region,
+    };
+    start(state, headers, decoded, options).await
+}
+
+async fn start(
+    state: AppState,
+    headers: HeaderMap,
+    decoded: Result<ChatRequest, DecodeError>,
+    options: ChatOptions,
+) -> Response {
+    let mut ctx = match RequestCtx::from_headers(&headers, Dialect::Native) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            return error_response(
+                &ErrorReply::from_gateway(&e),
+                &RequestCtx::new(Dialect::Native).request_id,
+            )
+        }
+    };
+    let Ok(permit) = state.streams.clone().try_acquire_owned() else {
+        return error_response(&ErrorReply::busy(), &ctx.request_id);
+    };
+    let mut req = match decoded {
+        Ok(req) => req,
+        Err(e) => return error_response(&e.into(), &ctx.request_id),
+    };
+    if let Err(e) = options.apply(&mut ctx) {
+        return error_response(&e.into(), &ctx.request_id);
+    }
+    req.stream = true;
+    req.include_usage = true;
+    let request_id = ctx.request_id.clone();
+    match state.gateway.chat(req, ctx) {
+        Ok(events) => reply(events, &request_id, state.config.server.sse_keepalive, permit).await,
+        Err(e) => error_response(&ErrorReply::from_gateway(&e), &request_id),
+    }
+}
+
+/// Waits for the commit point (before it, failures are real HTTP errors with a JSON body
+/// in the native `error` shape), then streams named events until `done` or `error`.
+pub async fn reply(
+    mut events: EventStream,
+    request_id: &str,
+    keepalive: Duration,
+    permit: OwnedSemaphorePermit,
+) -> Response {
+    let start = match await_commit(&mut events).await {
+        Ok(envelope) => envelope,
+        Err(e) => return error_response(&e, request_id),
+    };
+    let headers = envelope_headers(&start, request_id);
+    let mut encoder = NativeEncoder {
+        id: request_id.to_string(),
+    };
+    let mut first = Vec::new();
+    encoder.encode(StreamEvent::Start(start), &mut first);
+    sse_response(
+        headers,
+        encoded(first, events, encoder),
+        keepalive,
+        Bytes::from_static(PING_COMMENT),
+        permit,
+    )
+}
+
+/// An HTTP error whose body is the native `error` message.
+pub fn error_response(reply: &ErrorReply, request_id: &str) -> Response {
+    let body = ServerMessage::from_reply(Some(request_id.to_string()), reply).to_json();
+    json_response(reply.status, reply.headers(request_id), body.into_bytes())
+}
+
+/// Each native message as `event: <type>` + its JSON; `id` is the request id.
+struct NativeEncoder {
+    id: String,
+}
+
+impl FrameEncoder for NativeEncoder {
+    fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
+        let (message, terminal) = ServerMessage::from_event(&self.id, event);
+        out.push(event_frame(message.name(), &message));
+        if terminal {
+            Flow::End
+        } else {
+            Flow::Continue
+        }
+    }
+
+    fn encode_unfinished(&mut self, out: &mut Vec<Bytes>) {
+        let reply = ErrorReply::broken_stream("ended without a finish", None);
+        let message = ServerMessage::from_reply(Some(self.id.clone()), &reply);
+        out.push(event_frame(message.name(), &message));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Envelope, FinishReason};
+    use futures::stream;
+    use http_body_util::BodyExt;
+    use std::sync::Arc;
+    use tokio::sync::Semaphore;
+
+    #[tokio::test]
+    async fn events_are_named_and_carry_the_native_shapes() {
+        let sem = Arc::new(Semaphore::new(1));
+        let permit = sem.clone().try_acquire_owned().expect("free permit");
+        let events: EventStream = Box::pin(stream::iter(vec![
+            StreamEvent::Start(Envelope::default()),
+            StreamEvent::TextDelta("Hi".into()),
+            StreamEvent::Reset {
+                reason: "route failed".into(),
+            },
+            StreamEvent::TextDelta("Hello".into()),
+            StreamEvent::Finish {
+                reason: FinishReason::Stop,
+                envelope: Envelope::default(),
+            },
+        ]));
+        let resp = reply(events, "req_n1", Duration::from_secs(15), permit).await;
+        assert_eq!(resp.status(), 200, "committed");
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let body = String::from_utf8_lossy(&bytes);
+        let names: Vec<&str> = body
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("event: "))
+            .map(|e| e.split('\n').next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            names,
+            vec!["start", "delta", "reset", "delta", "done"],
+            "named events in order: {body}"
+        );
+        assert!(
+            body.contains("data: {\"type\":\"delta\",\"id\":\"req_n1\",\"text\":\"Hi\"}\n\n"),
+            "delta data golden: {body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn error_before_commit_is_an_http_error_in_native_shape() {
+        let sem = Arc::new(Semaphore::new(1));
+        let permit = sem.clone().try_acquire_owned().expect("free permit");
+        let events: EventStream = Box::pin(stream::empty());
+        let resp = reply(events, "req_n2", Duration::from_secs(15), permit).await;
+        assert_eq!(resp.status(), 500, "a stream that never started is an internal error");
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(
+            (&json["type"], &json["class"]),
+            (&serde_json::json!("error"), &serde_json::json!("internal")),
+            "native error"
+        );
+    }
+}
