@@ -127,7 +127,7 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> ExitCode {
 }
 
 async fn sim(listen: SocketAddr, path: Option<PathBuf>) -> ExitCode {
-    let scenarios = match path.as_ref().map(config::load_file).transpose() {
+    let scenarios = match path.as_deref().map(config::load_file).transpose() {
         Ok(c) => c.map(|c| c.sim.scenarios).unwrap_or_default(),
         Err(e) => {
             eprintln!("tailcut: {e}");

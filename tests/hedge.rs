@@ -156,7 +156,10 @@ async fn primary_failure_before_first_token_fails_over_at_once_while_the_hedge_r
 
 #[tokio::test(start_paused = true)]
 async fn budget_caps_hedges() {
-    let extra = format!("{SCENARIOS}\n[hedge]\nbudget_ratio = 0.1\nbudget_floor_per_sec = 0.0\nbudget_window_secs = 3600\n");
+    // A ceiling below the primary's TTFT: every request wants a hedge; only the budget says no.
+    let extra = format!(
+        "{SCENARIOS}\n[hedge]\nceiling_ms = 300\nbudget_ratio = 0.1\nbudget_floor_per_sec = 0.0\nbudget_window_secs = 3600\n"
+    );
     let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], &extra)).await;
     preload(&server, "a", Duration::from_millis(300));
     let base = server.url("");

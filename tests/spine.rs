@@ -116,7 +116,7 @@ async fn first_route_503_before_any_token_falls_over_to_the_second() {
 
 #[tokio::test]
 async fn every_route_failing_is_a_real_http_error_with_retry_after() {
-    let extra = "[sim.scenarios.limited]\nfailure = { status = 429, retry_after_s = 7.0 }\n";
+    let extra = "[sim.scenarios.limited]\nfailure = { status = 429, retry_after_s = 7 }\n";
     let server = start(&config_toml(&[("a", "openai", "limited"), ("b", "anthropic", "limited")], extra)).await;
     let resp = client()
         .post(server.url("/v1/chat/completions"))

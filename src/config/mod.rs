@@ -124,6 +124,8 @@ pub struct RouteConfig {
     /// No token for this long after the first one is a stall (a mid-stream failure).
     pub stall_timeout: Duration,
     pub connect_timeout: Duration,
+    /// Starting AIMD concurrency limit (it adapts between 1 and 16x this).
+    pub concurrency: u32,
 }
 
 #[derive(Debug, Clone)]

@@ -50,6 +50,7 @@ pub struct RawRoute {
     pub side_effecting: Option<bool>,
     pub stall_timeout_ms: Option<u64>,
     pub connect_timeout_ms: Option<u64>,
+    pub concurrency: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -309,6 +309,7 @@ impl Validator {
             side_effecting: r.side_effecting.unwrap_or(false),
             stall_timeout: Duration::from_millis(r.stall_timeout_ms.unwrap_or(10_000)),
             connect_timeout: Duration::from_millis(r.connect_timeout_ms.unwrap_or(5_000)),
+            concurrency: r.concurrency.unwrap_or(256).max(1),
         })
     }
 

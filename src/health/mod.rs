@@ -89,7 +89,11 @@ impl Health {
                     ttft: LatencyWindow::new(config.hedge.window, now),
                     gaps: LatencyWindow::new(config.hedge.window, now),
                     breaker: Breaker::new(BreakerConfig::default()),
-                    admission: Aimd::new(AimdConfig::default()),
+                    admission: Aimd::new(AimdConfig {
+                        initial: f64::from(r.concurrency),
+                        max: f64::from(r.concurrency) * 16.0,
+                        ..AimdConfig::default()
+                    }),
                     outcomes: RollingCounts::new(Duration::from_secs(10)),
                     cooling_until: None,
                 }),
