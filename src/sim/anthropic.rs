@@ -163,9 +163,7 @@ impl Encoder {
             Step::Terminal => vec![event("message_stop", &json!({"type": "message_stop"}))],
             Step::InBandError => {
                 let message = self.error_message.as_deref().unwrap_or("Overloaded");
-                let body = json!({"type": "error",
-                                  "error": {"type": "overloaded_error", "message": message}});
-                vec![event("error", &body)]
+                vec![error_event("overloaded_error", message)]
             }
             Step::Malformed => vec![Bytes::from_static(
                 b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"unterminated}\n\n",
@@ -270,10 +268,38 @@ fn delta(index: u32, delta: DeltaBody<'_>) -> Bytes {
 }
 
 fn block_stop(index: u32) -> Bytes {
-    event(
-        "content_block_stop",
-        &json!({"type": "content_block_stop", "index": index}),
-    )
+    #[derive(Serialize)]
+    struct BlockStop {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        index: u32,
+    }
+    let body = BlockStop {
+        kind: "content_block_stop",
+        index,
+    };
+    event("content_block_stop", &body)
+}
+
+/// `event: error` with `{"type":"error","error":{"type":…,"message":…}}` (§3.8).
+fn error_event(kind: &str, message: &str) -> Bytes {
+    #[derive(Serialize)]
+    struct ErrorEvent<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        error: ErrorDetail<'a>,
+    }
+    #[derive(Serialize)]
+    struct ErrorDetail<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        message: &'a str,
+    }
+    let body = ErrorEvent {
+        kind: "error",
+        error: ErrorDetail { kind, message },
+    };
+    event("error", &body)
 }
 
 /// The non-streaming message body.

@@ -124,8 +124,9 @@ pub(crate) struct Context<'a> {
     pub moment: Moment,
 }
 
-/// Plans one request. Uses `rng` for every random choice, so a seed reproduces it.
-pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng) -> Plan {
+/// Plans one request. Uses `rng` for every behavioural choice, so a seed reproduces it, and
+/// `ids` for tool-call ids (which must differ between requests, seeds or not).
+pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: &mut SmallRng) -> Plan {
     let f = &scenario.failure;
     if let Some(status) = f.status {
         let fails = match f.fail_first_n {
@@ -142,7 +143,7 @@ pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng) ->
         }
     }
     let ttft = timing::ttft(scenario, cx.moment, rng);
-    let (kind, beats, stop, prefill_chars, continued) = answer_beats(scenario, cx, rng);
+    let (kind, beats, stop, prefill_chars, continued) = answer_beats(scenario, cx, rng, ids);
     let faults = Faults::draw(f, rng);
 
     let mut steps = Vec::with_capacity(beats.len() * 2 + 8);
@@ -208,6 +209,7 @@ fn answer_beats(
     scenario: &Scenario,
     cx: &Context<'_>,
     rng: &mut SmallRng,
+    ids: &mut SmallRng,
 ) -> (AnswerKind, Vec<Beat>, Stop, usize, bool) {
     let truncate = scenario.failure.length_in_tool_call;
     if scenario.failure.refusal {
@@ -222,7 +224,7 @@ fn answer_beats(
         return (AnswerKind::Refusal, beats, Stop::Refusal, 0, false);
     }
     if !scenario.tool_calls.is_empty() {
-        let (beats, stop) = tool_beats(scenario, cx.wire, truncate, rng);
+        let (beats, stop) = tool_beats(scenario, cx.wire, truncate, rng, ids);
         return (AnswerKind::Tools, beats, stop, 0, false);
     }
     let full = answer::text_tokens(scenario);
@@ -239,7 +241,13 @@ fn answer_beats(
     (AnswerKind::Text, beats, stop, prefill.chars().count(), continued)
 }
 
-fn tool_beats(scenario: &Scenario, wire: Wire, truncate: bool, rng: &mut SmallRng) -> (Vec<Beat>, Stop) {
+fn tool_beats(
+    scenario: &Scenario,
+    wire: Wire,
+    truncate: bool,
+    rng: &mut SmallRng,
+    ids: &mut SmallRng,
+) -> (Vec<Beat>, Stop) {
     let calls = if truncate {
         &scenario.tool_calls[..1]
     } else {
@@ -248,8 +256,8 @@ fn tool_beats(scenario: &Scenario, wire: Wire, truncate: bool, rng: &mut SmallRn
     let mut beats = Vec::new();
     for (index, call) in (0u32..).zip(calls) {
         let id = match wire {
-            Wire::OpenAi => answer::random_id("call_", 24, rng),
-            Wire::Anthropic => answer::random_id("toolu_01", 22, rng),
+            Wire::OpenAi => answer::random_id("call_", 24, ids),
+            Wire::Anthropic => answer::random_id("toolu_01", 22, ids),
         };
         beats.push(vec![Step::ToolOpen {
             index,
@@ -319,5 +327,149 @@ impl Faults {
         let (_, step, end) = ending.into_iter().find(|(n, _, _)| *n == Some(sent))?;
         steps.push(step);
         Some(end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn scenario(failure: Failure) -> Scenario {
+        Scenario {
+            text: Some("a b c d".to_owned()),
+            failure,
+            ..Scenario::default()
+        }
+    }
+
+    fn run(scenario: &Scenario, wire: Wire, request_number: u64) -> Plan {
+        let inbound = Inbound::default();
+        let cx = Context {
+            wire,
+            inbound: &inbound,
+            moment: Moment {
+                request_number,
+                clock_ms: 0,
+            },
+        };
+        let mut rng = SmallRng::seed_from_u64(scenario.seed ^ request_number);
+        let mut ids = SmallRng::seed_from_u64(request_number);
+        plan(scenario, &cx, &mut rng, &mut ids)
+    }
+
+    fn script(plan: Plan) -> Script {
+        match plan {
+            Plan::Stream(script) => script,
+            Plan::Status(e) => panic!("expected a stream, got status {e:?}"),
+        }
+    }
+
+    fn texts(steps: &[Step]) -> usize {
+        steps.iter().filter(|s| matches!(s, Step::Text(_))).count()
+    }
+
+    #[test]
+    fn a_healthy_text_answer_opens_waits_streams_and_finishes() {
+        let s = script(run(&scenario(Failure::default()), Wire::OpenAi, 0));
+        assert_eq!(s.end, SimEnd::Completed, "end");
+        assert_eq!(s.steps[0], Step::Open(AnswerKind::Text), "opens first");
+        assert_eq!(s.steps[1], Step::Wait(s.ttft), "then waits the TTFT");
+        let tail = &s.steps[s.steps.len() - 3..];
+        assert_eq!(tail, [Step::Finish(Stop::EndTurn), Step::Usage, Step::Terminal], "tail");
+        assert_eq!(texts(&s.steps), 4, "one step per token");
+    }
+
+    #[test]
+    fn drop_after_two_tokens_ends_right_after_the_second() {
+        let failure = Failure {
+            drop_after_tokens: Some(2),
+            ..Failure::default()
+        };
+        let s = script(run(&scenario(failure), Wire::Anthropic, 0));
+        assert_eq!(s.end, SimEnd::Dropped, "end");
+        assert_eq!(s.steps.last(), Some(&Step::Drop), "drop is last");
+        assert_eq!(texts(&s.steps), 2, "two tokens before it");
+    }
+
+    #[test]
+    fn a_stall_pauses_and_then_the_answer_carries_on() {
+        let failure = Failure {
+            stall_after_tokens: Some(1),
+            stall_ms: Some(7000),
+            ..Failure::default()
+        };
+        let s = script(run(&scenario(failure), Wire::OpenAi, 0));
+        let at = s.steps.iter().position(|x| *x == Step::Wait(Duration::from_secs(7)));
+        let first_text = s.steps.iter().position(|x| matches!(x, Step::Text(_)));
+        assert!(
+            at.is_some() && at > first_text,
+            "stall after the first token: {:?}",
+            s.steps
+        );
+        assert_eq!(s.end, SimEnd::Completed, "then completes");
+    }
+
+    #[test]
+    fn fail_first_n_fails_only_the_first_requests() {
+        let failure = Failure {
+            status: Some(503),
+            fail_first_n: Some(2),
+            ..Failure::default()
+        };
+        let s = scenario(failure);
+        assert!(
+            matches!(run(&s, Wire::OpenAi, 1), Plan::Status(e) if e.status == 503),
+            "second fails"
+        );
+        assert!(matches!(run(&s, Wire::OpenAi, 2), Plan::Stream(_)), "third is healthy");
+    }
+
+    #[test]
+    fn an_anthropic_refusal_has_no_tokens_and_an_openai_one_has_refusal_text() {
+        let failure = Failure {
+            refusal: true,
+            ..Failure::default()
+        };
+        let s = scenario(failure);
+        let anthropic = script(run(&s, Wire::Anthropic, 0));
+        assert!(
+            !anthropic.steps.iter().any(Step::is_token),
+            "no tokens: {:?}",
+            anthropic.steps
+        );
+        assert!(anthropic.steps.contains(&Step::Finish(Stop::Refusal)), "refusal stop");
+        let openai = script(run(&s, Wire::OpenAi, 0));
+        assert!(
+            openai.steps.iter().any(|x| matches!(x, Step::Refusal(_))),
+            "refusal text"
+        );
+    }
+
+    #[test]
+    fn length_in_tool_call_stops_half_way_without_closing_the_call() {
+        let s = Scenario {
+            tool_calls: vec![crate::sim::ToolCallSpec {
+                name: "f".to_owned(),
+                arguments: r#"{"a": 1, "b": 2, "c": 3}"#.to_owned(),
+            }],
+            failure: Failure {
+                length_in_tool_call: true,
+                ..Failure::default()
+            },
+            ..Scenario::default()
+        };
+        let script = script(run(&s, Wire::OpenAi, 0));
+        assert!(
+            !script.steps.iter().any(|x| matches!(x, Step::ToolClose { .. })),
+            "no close"
+        );
+        assert!(script.steps.contains(&Step::Finish(Stop::Length)), "length stop");
+        let args = script
+            .steps
+            .iter()
+            .filter(|x| matches!(x, Step::ToolArgs { .. }))
+            .count();
+        assert_eq!(args, 6, "half of 12 fragments");
     }
 }

@@ -72,6 +72,8 @@ pub(crate) async fn respond(
         return reply.error(guard, &status_error(404, &message));
     };
     let mut rng = SmallRng::seed_from_u64(scenario.seed ^ number);
+    // Ids come from the arrival number: unique per simulator, whatever the seeds.
+    let mut ids = SmallRng::seed_from_u64(record ^ 0x1d5e_ed00);
     let cx = Context {
         wire,
         inbound: &inbound,
@@ -80,7 +82,7 @@ pub(crate) async fn respond(
             clock_ms: state.log.clock().ms(accepted_at) as u64,
         },
     };
-    match plan(&scenario, &cx, &mut rng) {
+    match plan(&scenario, &cx, &mut rng, &mut ids) {
         Plan::Status(error) => reply.error(guard, &error),
         Plan::Stream(script) => {
             state.log.update(record, |r| {
@@ -88,7 +90,7 @@ pub(crate) async fn respond(
                 r.prefill_chars = script.prefill_chars;
                 r.continued = script.continued;
             });
-            let encoder = encoder(wire, &scenario, &inbound, &script, &mut rng);
+            let encoder = encoder(wire, &scenario, &inbound, &script, &mut ids);
             if inbound.stream {
                 reply.stream(guard, script, encoder, scenario.chunk_split)
             } else {
@@ -107,7 +109,7 @@ fn status_error(status: u16, message: &str) -> StatusError {
     }
 }
 
-fn encoder(wire: Wire, scenario: &Scenario, inbound: &Inbound, script: &Script, rng: &mut SmallRng) -> Encoder {
+fn encoder(wire: Wire, scenario: &Scenario, inbound: &Inbound, script: &Script, ids: &mut SmallRng) -> Encoder {
     let model = scenario
         .model
         .clone()
@@ -117,7 +119,7 @@ fn encoder(wire: Wire, scenario: &Scenario, inbound: &Inbound, script: &Script, 
     match wire {
         Wire::OpenAi => {
             let ident = openai::Identity {
-                id: random_id("chatcmpl-", 29, rng),
+                id: random_id("chatcmpl-", 29, ids),
                 created: unix_now(),
                 model,
                 input_tokens: inbound.input_tokens,
@@ -127,7 +129,7 @@ fn encoder(wire: Wire, scenario: &Scenario, inbound: &Inbound, script: &Script, 
         }
         Wire::Anthropic => {
             let ident = anthropic::Identity {
-                id: random_id("msg_01", 22, rng),
+                id: random_id("msg_01", 22, ids),
                 model,
                 input_tokens: inbound.input_tokens,
             };

@@ -116,16 +116,15 @@ impl SimHandle {
         let task_stop = stop.clone();
         tokio::spawn(async move {
             let mut stopped = task_stop.subscribe();
-            let serve = std::future::IntoFuture::into_future(axum::serve(listener, app));
-            tokio::select! {
-                result = serve => {
-                    if let Err(e) = result {
-                        tracing::warn!(error = %e, "sim: server ended");
-                    }
-                }
-                // Accepting ends here; open responses finish on their own connection tasks.
-                _ = stopped.wait_for(|stop| *stop) => {}
+            // Graceful: accepting stops, idle keep-alive connections close, and responses in
+            // flight finish on their own connection tasks.
+            let signal = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(signal).await {
+                tracing::warn!(error = %e, "sim: server ended");
             }
+            drop(task_stop);
         });
         Ok(SimHandle { addr, state, stop })
     }

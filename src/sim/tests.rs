@@ -420,6 +420,37 @@ async fn a_client_dropping_the_response_mid_stream_is_recorded_as_client_closed(
     handle.shutdown();
 }
 
+#[tokio::test]
+async fn a_client_closing_while_the_first_token_is_pending_is_seen_at_once() {
+    // The hedge loser's case: no token written yet, the simulator is waiting out its TTFT.
+    let scenario = Scenario {
+        ttft: Ttft {
+            median_ms: 60_000.0,
+            ..Ttft::default()
+        },
+        ..quick("never sent")
+    };
+    let handle = sim(vec![("waiting", scenario)]).await;
+    let response = openai(&handle, "waiting", chat_body(true)).await;
+    assert_eq!(response.status(), 200, "headers arrive before the first token");
+    drop(response);
+    let mut record = handle.log()[0].clone();
+    for _ in 0..500 {
+        record = handle.log()[0].clone();
+        if record.end.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        record.end,
+        Some(SimEnd::ClientClosed),
+        "close seen during the TTFT wait"
+    );
+    assert!(record.first_token_at.is_none(), "no token was written");
+    handle.shutdown();
+}
+
 #[tokio::test(start_paused = true)]
 async fn constant_ttft_is_honoured_in_virtual_time() {
     let scenario = Scenario {
@@ -770,7 +801,7 @@ fn scenarios_read_from_inline_toml_and_reject_unknown_keys() {
         text = "Hi there"
         seed = 9
         [ttft]
-        median_ms = 120.0
+        median_ms = 120
         sigma = 0.3
         [failure]
         status = 503
@@ -778,13 +809,18 @@ fn scenarios_read_from_inline_toml_and_reject_unknown_keys() {
         [brownout]
         period_ms = 1000
         duty = 0.25
-        extra_ms = 50.0
+        extra_ms = 50
+        [[tool_calls]]
+        name = "lookup"
+        arguments = '{"q": "x"}'
+
     "#;
     let scenario: Scenario = toml::from_str(toml_text).unwrap_or_else(|e| panic!("toml: {e}"));
     assert_eq!(scenario.ttft.median_ms, 120.0, "ttft");
     assert_eq!(scenario.failure.status, Some(503), "status");
     assert_eq!(scenario.failure.status_rate, 1.0, "status rate defaults to 1");
     assert_eq!(scenario.tool_fragments, 12, "defaults fill the rest");
+    assert_eq!(scenario.tool_calls[0].arguments, r#"{"q": "x"}"#, "tool call table");
     assert!(
         toml::from_str::<Scenario>("ttft = { median = 5 }").is_err(),
         "typo rejected"
@@ -809,4 +845,105 @@ async fn the_same_seed_reproduces_the_same_requests() {
     assert_eq!(ttfts(&a), ttfts(&b), "same seed, same TTFTs");
     a.shutdown();
     b.shutdown();
+}
+
+mod through_the_adapters {
+    //! The simulator as tailcut's own adapters read it: every stream decodes without error.
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::provider::{AnthropicProvider, Delta, OpenAiProvider, Provider, UpstreamRequest};
+    use crate::types::{ChatRequest, Message, Role};
+
+    fn request(prefill: Option<&str>) -> UpstreamRequest {
+        let chat = ChatRequest {
+            model: "chat".to_owned(),
+            messages: vec![Message::text(Role::User, "hello there")],
+            stream: true,
+            include_usage: true,
+            ..ChatRequest::default()
+        };
+        UpstreamRequest {
+            chat: Arc::new(chat),
+            prefill: prefill.map(str::to_owned),
+            request_id: "req-adapter".to_owned(),
+        }
+    }
+
+    async fn deltas(provider: &dyn Provider, prefill: Option<&str>) -> Vec<Delta> {
+        let mut stream = provider
+            .open(request(prefill))
+            .await
+            .unwrap_or_else(|e| panic!("open: {e:?}"));
+        let mut out = Vec::new();
+        while let Some(item) = stream.next().await {
+            out.push(item.unwrap_or_else(|e| panic!("delta error: {e:?} after {out:?}")));
+        }
+        out
+    }
+
+    fn text(deltas: &[Delta]) -> String {
+        deltas
+            .iter()
+            .filter_map(|d| match d {
+                Delta::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn both_adapters_decode_text_tools_and_continuations() {
+        let handle = sim(vec![("text", quick("Hello big wide world")), ("tool", tool_scenario())]).await;
+        for wire in ["openai", "anthropic"] {
+            let provider = |scenario: &str| -> Box<dyn Provider> {
+                match wire {
+                    "openai" => Box::new(OpenAiProvider::new(
+                        handle.openai_base_url(scenario),
+                        "up".to_owned(),
+                        None,
+                        client(),
+                    )),
+                    _ => Box::new(AnthropicProvider::new(
+                        handle.anthropic_base_url(scenario),
+                        "up".to_owned(),
+                        None,
+                        client(),
+                    )),
+                }
+            };
+            let got = deltas(provider("text").as_ref(), None).await;
+            assert_eq!(text(&got), "Hello big wide world", "{wire}: text {got:?}");
+            let got = deltas(provider("text").as_ref(), Some("Hello big")).await;
+            assert_eq!(text(&got), " wide world", "{wire}: continuation {got:?}");
+            let got = deltas(provider("tool").as_ref(), None).await;
+            let args: String = got
+                .iter()
+                .filter_map(|d| match d {
+                    Delta::ToolFragment(f) => Some(f.arguments.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert!(args.contains("Paris"), "{wire}: tool arguments {got:?}");
+        }
+        handle.shutdown();
+    }
+}
+
+#[tokio::test]
+async fn shutdown_stops_accepting_new_connections() {
+    let handle = sim(vec![("s", quick("bye"))]).await;
+    assert_eq!(openai(&handle, "s", chat_body(false)).await.status(), 200, "serving");
+    handle.shutdown();
+    let url = format!("{}/chat/completions", handle.openai_base_url("s"));
+    let mut refused = false;
+    for _ in 0..200 {
+        // A fresh client each time, so no pooled connection hides the closed listener.
+        if client().post(&url).json(&chat_body(false)).send().await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(refused, "connections must be refused after shutdown");
 }
