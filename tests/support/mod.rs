@@ -112,3 +112,44 @@ pub async fn wait_for_log(running: &Running, what: &str, pred: impl Fn(&[SimReco
     }
     panic!("timed out waiting for the simulated upstream log: {what}; log: {:?}", sim.log());
 }
+
+/// The native SSE dialect (`POST /v1/stream`): each event's name and JSON data.
+pub async fn post_native(base: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Vec<(String, Value)>) {
+    let mut req = client().post(format!("{base}/v1/stream")).json(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.expect("request sent");
+    let status = resp.status().as_u16();
+    let raw = resp.text().await.unwrap_or_default();
+    let mut events = Vec::new();
+    for block in raw.split("\n\n") {
+        let mut name = String::from("message");
+        let mut data = String::new();
+        for line in block.lines() {
+            if let Some(n) = line.strip_prefix("event: ") {
+                name = n.to_string();
+            } else if let Some(d) = line.strip_prefix("data: ") {
+                data.push_str(d);
+            }
+        }
+        if !data.is_empty() {
+            let value = serde_json::from_str(&data).unwrap_or(Value::String(data));
+            events.push((name, value));
+        }
+    }
+    (status, events)
+}
+
+/// The text a native client ends with, honouring `reset` events.
+pub fn native_text(events: &[(String, Value)]) -> String {
+    let mut text = String::new();
+    for (name, data) in events {
+        match name.as_str() {
+            "delta" => text.push_str(data["text"].as_str().unwrap_or_default()),
+            "reset" => text.clear(),
+            _ => {}
+        }
+    }
+    text
+}
