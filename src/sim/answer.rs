@@ -4,7 +4,7 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::scenario::Scenario;
+use super::scenario::{Scenario, MAX_TOKENS};
 
 const WORDS: &[&str] = &[
     "latency", "stream", "token", "route", "answer", "model", "request", "gateway", "edge", "first", "tail", "budget",
@@ -21,7 +21,7 @@ pub(crate) const REFUSAL_TEXT: &str = "I'm sorry, but I can't help with that req
 pub(crate) fn text_tokens(scenario: &Scenario) -> Vec<String> {
     match &scenario.text {
         Some(text) => split_words(text),
-        None => generated_tokens(scenario.seed, scenario.tokens),
+        None => generated_tokens(scenario.seed, scenario.tokens.min(MAX_TOKENS)),
     }
 }
 

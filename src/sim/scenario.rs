@@ -18,7 +18,7 @@ pub struct Scenario {
     pub inter_token_ms: f64,
     /// Lognormal jitter of the gap (0 = every gap is exactly `inter_token_ms`).
     pub inter_token_sigma: f64,
-    /// Number of text tokens when `text` is not given.
+    /// Number of text tokens when `text` is not given (at most 100,000).
     pub tokens: u32,
     /// Explicit answer. Its tokens are its words, each with the whitespace in front of it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -198,9 +198,12 @@ impl Default for Failure {
 /// The longest delay the simulator will ever sleep for one step.
 const MAX_DELAY: Duration = Duration::from_secs(24 * 3600);
 
+/// The most tokens one generated answer has, whatever `tokens` says.
+pub(crate) const MAX_TOKENS: u32 = 100_000;
+
 /// Milliseconds from a scenario (possibly NaN, negative or huge) as a safe `Duration`.
 pub(crate) fn ms(value: f64) -> Duration {
-    if !value.is_finite() || value <= 0.0 {
+    if value.is_nan() || value <= 0.0 {
         return Duration::ZERO;
     }
     Duration::try_from_secs_f64(value / 1000.0)

@@ -9,6 +9,9 @@ use rand_distr::{Distribution, LogNormal};
 
 use super::scenario::{ms, probability, Scenario};
 
+/// The longest TTFT stall drawn (one day).
+const MAX_STALL_MS: f64 = 86_400_000.0;
+
 /// Where one request stands when its TTFT is drawn.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Moment {
@@ -23,7 +26,9 @@ pub(crate) fn ttft(scenario: &Scenario, moment: Moment, rng: &mut SmallRng) -> D
     let t = &scenario.ttft;
     let mut total = lognormal_around(t.median_ms, t.sigma, rng);
     if rng.random_bool(probability(t.stall_prob)) {
-        let (lo, hi) = (t.stall_min_ms.max(0.0), t.stall_max_ms.max(0.0));
+        // Clamped so the uniform range is always finite and ordered.
+        let bound = |v: f64| if v.is_nan() { 0.0 } else { v.clamp(0.0, MAX_STALL_MS) };
+        let (lo, hi) = (bound(t.stall_min_ms), bound(t.stall_max_ms));
         let stall = if hi > lo { rng.random_range(lo..=hi) } else { lo };
         total += ms(stall);
     }
@@ -163,7 +168,7 @@ mod tests {
                 sigma: -1.0,
                 stall_prob: 7.0,
                 stall_min_ms: 5.0,
-                stall_max_ms: -5.0,
+                stall_max_ms: f64::INFINITY,
             },
             inter_token_ms: f64::INFINITY,
             inter_token_sigma: f64::NAN,
