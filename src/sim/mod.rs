@@ -33,7 +33,8 @@
 //! two values, gets the same answer, which is what restart and continue tests need. A
 //! request whose messages end with an assistant message (or an assistant message and a
 //! final user message asking to "continue") whose text is a prefix of the answer gets only
-//! the remainder.
+//! the remainder. The model reported is the scenario's `model`, else the request's own
+//! `model`, else "sim-1". A record's `end` stays `None` while its response is being written.
 //!
 //! With `stream: false` the simulator waits as long as the stream would have taken and
 //! answers with one body. Status errors, drops, in-band errors (as 500 / 529), malformed
