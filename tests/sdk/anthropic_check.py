@@ -1,0 +1,107 @@
+"""The official anthropic SDK, unmodified, against a running tailcut (tests/sdk/sdk.toml)."""
+import json
+import sys
+
+import anthropic
+
+BASE = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:18080"
+client = anthropic.Anthropic(base_url=BASE, api_key="unused", max_retries=0, timeout=30)
+failures = []
+TEXT = "Hello from tailcut through the official SDK."
+HI = [{"role": "user", "content": "hi"}]
+
+
+def check(name, fn):
+    try:
+        fn()
+        print(f"ok   {name}")
+    except Exception as e:  # noqa: BLE001 - report every failing check
+        failures.append(name)
+        print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+
+def streams_text(model):
+    def run():
+        with client.messages.stream(model=model, max_tokens=256, system="Be brief.", messages=HI) as stream:
+            text = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        assert text == TEXT, repr(text)
+        assert final.stop_reason == "end_turn", final.stop_reason
+        assert final.content[0].text == TEXT, final.content
+        assert final.usage.output_tokens > 0, final.usage
+    return run
+
+
+def raw_events_are_typed():
+    kinds = [e.type for e in client.messages.create(model="chat", max_tokens=64, stream=True, messages=HI)]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop", kinds
+    assert "content_block_delta" in kinds and "message_delta" in kinds, kinds
+
+
+def non_streaming():
+    m = client.messages.create(model="chat-anthropic", max_tokens=256, messages=HI)
+    assert m.content[0].text == TEXT, m
+    assert m.model == "sim-quick-anthropic", m.model
+    assert m.stop_reason == "end_turn", m.stop_reason
+
+
+def tool_use(model):
+    def run():
+        tools = [{"name": "get_weather", "input_schema": {
+            "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}}}]
+        with client.messages.stream(model=model, max_tokens=256, tools=tools,
+                                    messages=[{"role": "user", "content": "weather?"}]) as stream:
+            final = stream.get_final_message()
+        calls = [b for b in final.content if b.type == "tool_use"]
+        assert final.stop_reason == "tool_use", final.stop_reason
+        assert len(calls) == 1, final.content
+        assert calls[0].name == "get_weather", calls
+        assert calls[0].input == {"city": "Paris", "unit": "celsius"}, calls
+    return run
+
+
+def unknown_model_is_bad_request():
+    try:
+        client.messages.create(model="nope", max_tokens=16, messages=HI)
+    except anthropic.BadRequestError as e:
+        assert "chat" in str(e), e
+        return
+    raise AssertionError("expected BadRequestError")
+
+
+def rate_limited_is_rate_limit_error():
+    try:
+        client.messages.create(model="limited", max_tokens=16, stream=True, messages=HI)
+    except anthropic.RateLimitError as e:
+        assert e.response.headers.get("retry-after"), e.response.headers
+        assert e.body["error"]["type"] == "rate_limit_error", e.body
+        return
+    raise AssertionError("expected RateLimitError")
+
+
+def truncation_is_an_exception():
+    got = ""
+    try:
+        with client.messages.stream(model="broken", max_tokens=256, messages=HI) as stream:
+            for text in stream.text_stream:
+                got += text
+    except anthropic.APIStatusError as e:
+        assert got, "some text arrived before the failure"
+        assert e.body and e.body.get("type") == "error", e.body
+        return
+    raise AssertionError(f"a truncated stream ended like a complete one: {got!r}")
+
+
+check("openai route streams text to the anthropic SDK", streams_text("chat"))
+check("anthropic route streams text", streams_text("chat-anthropic"))
+check("raw events carry their types", raw_events_are_typed)
+check("non-streaming message", non_streaming)
+check("tool use arrives whole (openai route)", tool_use("tools"))
+check("tool use arrives whole (anthropic route)", tool_use("tools-anthropic"))
+check("unknown model -> BadRequestError", unknown_model_is_bad_request)
+check("all routes 429 -> RateLimitError with retry-after", rate_limited_is_rate_limit_error)
+check("mid-stream truncate -> APIStatusError, not a normal end", truncation_is_an_exception)
+
+total = 9
+print(f"anthropic SDK checks: {total - len(failures)} ok, {len(failures)} failing")
+sys.exit(1 if failures else 0)
