@@ -143,7 +143,7 @@ async fn sim(listen: SocketAddr, path: Option<PathBuf>) -> ExitCode {
     }
 }
 
-fn check_config(file: &PathBuf) -> ExitCode {
+fn check_config(file: &std::path::Path) -> ExitCode {
     match config::load_file(file) {
         Ok(c) => {
             println!("{}: ok ({} routes, {} models)", file.display(), c.routes.len(), c.models.len());

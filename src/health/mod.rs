@@ -176,6 +176,11 @@ impl Health {
         metrics::histogram!(crate::telemetry::TTFT_SECONDS, "route" => name.to_string()).record(ttft.as_secs_f64());
     }
 
+    /// A quantile of the route's live TTFT, once the window has 20 samples.
+    pub fn ttft_quantile(&self, name: &str, q: f64, now: Instant) -> Option<Duration> {
+        self.route(name).and_then(|r| r.state.lock().ttft.quantile(now, q, 20))
+    }
+
     pub fn record_token_gap(&self, name: &str, now: Instant, gap: Duration) {
         if let Some(r) = self.route(name) {
             r.state.lock().gaps.record(now, gap);

@@ -177,6 +177,8 @@ struct Run {
     skipped: Vec<(String, String, Option<Duration>)>,
     /// Retry-After hints from failed attempts.
     retry_hints: Vec<Duration>,
+    /// Routes already retried once on the same rung.
+    retried: std::collections::HashSet<String>,
 }
 
 impl Run {
@@ -199,6 +201,7 @@ impl Run {
             transcript: Transcript::default(),
             usage: None,
             retry_hints: Vec::new(),
+            retried: Default::default(),
             skipped: plan.excluded.into_iter().map(|e| (e.route, e.reason, None)).collect(),
             mux,
             req,
@@ -239,11 +242,14 @@ impl Run {
             }
         }
         race.push(primary);
+        // A transient failure retried once on the same route before a lower rung: (route, when).
+        let mut retry: Option<(Candidate, Instant)> = None;
         loop {
-            if race.is_empty() {
+            if race.is_empty() && retry.is_none() {
                 let Some(next) = self.start_next(Role::Failover, prefill) else { return Err(self.exhausted()) };
                 race.push(next);
             }
+            let retry_at = retry.as_ref().map(|r| r.1);
             tokio::select! {
                 (i, ev) = race.next() => match ev {
                     ev @ (AttemptEvent::Text(_) | AttemptEvent::ToolStarted | AttemptEvent::ToolCall(_) | AttemptEvent::Finished(_)) => {
@@ -261,6 +267,13 @@ impl Run {
                         if !err.is_retryable() {
                             return Err(self.error_event(&err));
                         }
+                        if retry.is_none() {
+                            if let Some(at) = self.same_route_retry(&failed, &err) {
+                                let level = self.route_config(&failed.route).map_or(Level::L0, |r| r.level);
+                                retry = Some((Candidate { route: failed.route.to_string(), level }, at));
+                                continue;
+                            }
+                        }
                         if race.len() < max_concurrent {
                             if let Some(next) = self.start_next(Role::Failover, prefill) {
                                 race.push(next);
@@ -269,6 +282,14 @@ impl Run {
                     }
                     AttemptEvent::Usage(_) => {}
                 },
+                _ = sleep_until_some(retry_at) => {
+                    if let Some((candidate, _)) = retry.take() {
+                        self.queue.push_front(candidate);
+                        if let Some(next) = self.start_next(Role::Failover, prefill) {
+                            race.push(next);
+                        }
+                    }
+                }
                 _ = timer.due() => {
                     timer.disarm();
                     self.fire_hedge(&mut race, &timer, max_concurrent, prefill);
@@ -282,6 +303,29 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// Same route or next route: an equal-rung route is preferred at once, but when the next
+    /// route is a lower rung, a transient failure (5xx, reset, or a 429 whose Retry-After
+    /// fits the deadline) is retried once on the same route first. Returns when to retry.
+    fn same_route_retry(&mut self, failed: &Attempt, err: &ProviderError) -> Option<Instant> {
+        if !matches!(err.class, ErrorClass::Unavailable | ErrorClass::RateLimited) || failed.tokens > 0 {
+            return None;
+        }
+        if !self.retried.insert(failed.route.to_string()) {
+            return None;
+        }
+        let level = self.route_config(&failed.route)?.level;
+        let next_level = self.queue.front().map(|c| c.level)?;
+        if next_level <= level {
+            return None;
+        }
+        let wait = err.retry_after.unwrap_or_else(|| {
+            // Jittered backoff so a fleet of retries does not arrive in step.
+            Duration::from_millis(rand::random_range(100..=300))
+        });
+        let at = Instant::now() + wait;
+        (at + Duration::from_millis(10) < self.deadline).then_some(at)
     }
 
     fn fire_hedge(&mut self, race: &mut Race, timer: &HedgeTimer, max_concurrent: usize, prefill: Option<&str>) {
@@ -365,8 +409,14 @@ impl Run {
                 return None;
             }
             let remaining = self.deadline.saturating_duration_since(now);
-            if remaining < Duration::from_millis(10) {
-                self.skipped.push((candidate.route, "deadline too close".into(), None));
+            let useful = self.mux.health.ttft_quantile(&candidate.route, 0.5, now).unwrap_or(Duration::from_millis(10));
+            if remaining < useful {
+                let why = format!(
+                    "deadline: {} ms left, less than the route's p50 TTFT of {} ms",
+                    remaining.as_millis(),
+                    useful.as_millis()
+                );
+                self.skipped.push((candidate.route, why, None));
                 continue;
             }
             let permit = match self.mux.health.acquire(&candidate.route, now, self.ctx.priority) {
@@ -559,6 +609,13 @@ impl Run {
             skipped = ?self.skipped.iter().map(|s| (&s.0, &s.1)).collect::<Vec<_>>(),
             "request decided"
         );
+    }
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
