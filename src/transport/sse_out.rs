@@ -112,10 +112,15 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// The shortest keep-alive interval honoured: a zero from configuration must not turn
+/// into a stream of pings.
+pub const MIN_KEEPALIVE: Duration = Duration::from_millis(100);
+
 pub fn with_keepalive<S>(inner: S, every: Duration, ping: Bytes) -> KeepAlive<S>
 where
     S: Stream<Item = Bytes>,
 {
+    let every = every.max(MIN_KEEPALIVE);
     KeepAlive {
         inner,
         sleep: tokio::time::sleep(every),
@@ -246,6 +251,22 @@ mod tests {
             started.elapsed(),
             Duration::from_secs(30),
             "the timer re-arms after a ping"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_keepalive_interval_is_floored_not_a_ping_storm() {
+        let mut s = Box::pin(with_keepalive(
+            stream::pending::<Bytes>(),
+            Duration::ZERO,
+            Bytes::from_static(PING_COMMENT),
+        ));
+        let started = Instant::now();
+        s.next().await;
+        assert_eq!(
+            started.elapsed(),
+            MIN_KEEPALIVE,
+            "the first ping waits the minimum interval"
         );
     }
 

@@ -28,6 +28,8 @@ use crate::types::{ChatRequest, EventStream, StreamEvent};
 pub const MAX_REQUESTS_PER_SOCKET: usize = 32;
 /// Pings a client may leave unanswered before it is closed.
 const MAX_MISSED_PONGS: u32 = 2;
+/// The shortest ping interval honoured.
+const MIN_PING_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What to do after handling one input.
 enum Step {
@@ -69,6 +71,8 @@ where
     where
         S: Stream<Item = Result<Message, axum::Error>> + Unpin,
     {
+        // A zero interval from configuration would panic the timer.
+        let ping_every = ping_every.max(MIN_PING_INTERVAL);
         let mut ping = interval_at(Instant::now() + ping_every, ping_every);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
