@@ -10,7 +10,6 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use support::*;
 use tailcut::sim::SimEnd;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
 const TEXT: &str = "Hello from the simulated upstream, streamed token by token.";
@@ -150,40 +149,6 @@ async fn anthropic_truncated_answer_ends_with_an_error_event_not_message_stop() 
         !raw.contains("message_stop"),
         "never message_stop for a cut answer: {raw}"
     );
-}
-
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn ws_connect(server: &tailcut::server::Running, origin: Option<&str>) -> Result<Ws, String> {
-    let url = server.url("/v1/ws").replacen("http://", "ws://", 1);
-    let mut req = url.into_client_request().map_err(|e| e.to_string())?;
-    if let Some(origin) = origin {
-        req.headers_mut()
-            .insert("origin", origin.parse().map_err(|_| "bad origin".to_string())?);
-    }
-    tokio_tungstenite::connect_async(req)
-        .await
-        .map(|(ws, _)| ws)
-        .map_err(|e| e.to_string())
-}
-
-fn ws_chat(id: &str) -> Message {
-    let msg = json!({"type": "chat", "id": id, "request": {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}});
-    Message::text(msg.to_string())
-}
-
-/// The next JSON text message (pings are skipped).
-async fn ws_next(ws: &mut Ws) -> Value {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
-            .await
-            .expect("no hang")
-            .expect("socket open")
-            .expect("no socket error");
-        if let Message::Text(t) = msg {
-            return serde_json::from_str(t.as_str()).expect("server sends JSON");
-        }
-    }
 }
 
 #[tokio::test]

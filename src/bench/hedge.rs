@@ -29,6 +29,12 @@ pub struct HedgeArgs {
     /// The simulated scenario both routes use (e.g. spiky, correlated-brownout).
     #[arg(long, default_value = "spiky")]
     pub scenario: String,
+    /// The TTFT percentile that sets the hedge delay.
+    #[arg(long, default_value_t = 0.95)]
+    pub percentile: f64,
+    /// Hedges allowed as a share of requests.
+    #[arg(long, default_value_t = 0.1)]
+    pub budget_ratio: f64,
     /// Where the JSON figures and the SVG plot go.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -79,6 +85,8 @@ pub async fn hedge(args: HedgeArgs) -> Result<(), String> {
         "scenario": args.scenario,
         "requests": args.requests,
         "concurrency": args.concurrency,
+        "percentile": args.percentile,
+        "budget_ratio": args.budget_ratio,
         "off": off,
         "on": on,
         "p99_ratio": off.ttft_ms.p99 / on.ttft_ms.p99.max(f64::EPSILON),
@@ -93,7 +101,8 @@ pub async fn hedge(args: HedgeArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn config_text(scenario: &str, hedging: bool) -> String {
+fn config_text(args: &HedgeArgs, hedging: bool) -> String {
+    let (scenario, percentile, ratio) = (&args.scenario, args.percentile, args.budget_ratio);
     format!(
         r#"
 [server]
@@ -103,6 +112,8 @@ max_streams = 100000
 listen = "127.0.0.1:0"
 [hedge]
 enabled = {hedging}
+percentile = {percentile}
+budget_ratio = {ratio}
 [[routes]]
 name = "primary"
 provider = "simulated"
@@ -118,7 +129,7 @@ routes = ["primary", "secondary"]
 }
 
 async fn run(args: &HedgeArgs, hedging: bool) -> Result<RunFigures, String> {
-    let config = config::load_str(&config_text(&args.scenario, hedging)).map_err(|e| e.to_string())?;
+    let config = config::load_str(&config_text(args, hedging)).map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
     let running = server::start(config, listener).await.map_err(|e| e.to_string())?;
     let url = running.url("/v1/chat/completions");
@@ -218,7 +229,14 @@ fn loser_cancel_latencies(log: &[SimRecord]) -> (usize, Vec<f64>) {
 }
 
 fn print_table(args: &HedgeArgs, off: &RunFigures, on: &RunFigures) {
-    println!("\nhedge benchmark: scenario {}, {} requests per run, concurrency {}", args.scenario, args.requests, args.concurrency);
+    println!(
+        "\nhedge benchmark: scenario {}, {} requests per run, concurrency {}, hedge at p{} TTFT, budget {}%",
+        args.scenario,
+        args.requests,
+        args.concurrency,
+        args.percentile * 100.0,
+        args.budget_ratio * 100.0
+    );
     println!("{:<12}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}{:>8}", "hedging", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "extra req %", "errors");
     for f in [off, on] {
         let t = &f.ttft_ms;

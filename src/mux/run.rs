@@ -177,6 +177,8 @@ struct Run {
     skipped: Vec<(String, String, Option<Duration>)>,
     /// Retry-After hints from failed attempts.
     retry_hints: Vec<Duration>,
+    /// The plan's candidates as planned (the queue consumes them).
+    planned: Vec<Candidate>,
     /// Routes already retried once on the same rung.
     retried: std::collections::HashSet<String>,
 }
@@ -190,6 +192,7 @@ impl Run {
         mux.budget_deposit(started);
         let env = Envelope { request_id: ctx.request_id.clone(), ..Envelope::default() };
         Run {
+            planned: plan.candidates.clone(),
             queue: plan.candidates.into(),
             started,
             deadline,
@@ -269,9 +272,10 @@ impl Run {
                         }
                         if retry.is_none() {
                             if let Some(at) = self.same_route_retry(&failed, &err) {
-                                let level = self.route_config(&failed.route).map_or(Level::L0, |r| r.level);
-                                retry = Some((Candidate { route: failed.route.to_string(), level }, at));
-                                continue;
+                                if let Some(candidate) = self.planned.iter().find(|c| *c.route == *failed.route) {
+                                    retry = Some((candidate.clone(), at));
+                                    continue;
+                                }
                             }
                         }
                         if race.len() < max_concurrent {
@@ -364,7 +368,17 @@ impl Run {
         let ttft = now.saturating_duration_since(winner.started);
         self.mux.health.record_ttft(&winner.route, now, ttft);
         let had_losers = !losers.is_empty();
+        let hedge_cfg = &self.mux.config.hedge;
         for loser in &losers {
+            // A loser's TTFT is censored: it was at least its age now. Without recording that,
+            // a primary that keeps losing hedges keeps only its fast samples, its p95 drifts
+            // down and hedges fire ever earlier. Only ages past the route's current hedge delay
+            // carry tail information; younger losers are left out rather than biasing it down.
+            let age = now.saturating_duration_since(loser.started);
+            let (delay, _) = self.mux.health.hedge_delay(&loser.route, hedge_cfg, now);
+            if age >= delay {
+                self.mux.health.record_ttft(&loser.route, now, age);
+            }
             metrics::counter!(t::CANCELLED_TOTAL, "reason" => "hedge_lost").increment(1);
             if let Some(h) = self.mux.health.route(&loser.route) {
                 h.counters.cancelled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -596,7 +610,10 @@ impl Run {
     }
 
     fn log_outcome(&self, outcome: &str) {
-        tracing::info!(
+        let completed = outcome == "completed";
+        macro_rules! decided {
+            ($level:ident) => {
+                tracing::$level!(
             request_id = %self.ctx.request_id,
             model = %self.req.model,
             outcome,
@@ -608,7 +625,16 @@ impl Run {
             fell_back_from = ?self.env.fell_back_from.iter().map(|f| (&f.route, &f.class, f.status)).collect::<Vec<_>>(),
             skipped = ?self.skipped.iter().map(|s| (&s.0, &s.1)).collect::<Vec<_>>(),
             "request decided"
-        );
+                )
+            };
+        }
+        // The decision record: every request at debug, every request that did not simply
+        // complete at info.
+        if completed {
+            decided!(debug);
+        } else {
+            decided!(info);
+        }
     }
 }
 

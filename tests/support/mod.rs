@@ -5,6 +5,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
 use serde_json::Value;
 use tailcut::config;
 use tailcut::server::{self, Running};
@@ -153,3 +155,38 @@ pub fn native_text(events: &[(String, Value)]) -> String {
     }
     text
 }
+
+pub type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+pub async fn ws_connect(server: &tailcut::server::Running, origin: Option<&str>) -> Result<Ws, String> {
+    let url = server.url("/v1/ws").replacen("http://", "ws://", 1);
+    let mut req = url.into_client_request().map_err(|e| e.to_string())?;
+    if let Some(origin) = origin {
+        req.headers_mut()
+            .insert("origin", origin.parse().map_err(|_| "bad origin".to_string())?);
+    }
+    tokio_tungstenite::connect_async(req)
+        .await
+        .map(|(ws, _)| ws)
+        .map_err(|e| e.to_string())
+}
+
+pub fn ws_chat(id: &str) -> Message {
+    let msg = serde_json::json!({"type": "chat", "id": id, "request": {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}});
+    Message::text(msg.to_string())
+}
+
+/// The next JSON text message (pings are skipped).
+pub async fn ws_next(ws: &mut Ws) -> Value {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("no hang")
+            .expect("socket open")
+            .expect("no socket error");
+        if let Message::Text(t) = msg {
+            return serde_json::from_str(t.as_str()).expect("server sends JSON");
+        }
+    }
+}
+
