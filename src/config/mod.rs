@@ -2,6 +2,8 @@
 //! once (`validate`), and the validated `Config` the rest of the server reads.
 
 mod raw;
+mod routing;
+mod sections;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 pub use validate::{load_file, load_str, ConfigError, ConfigProblem};
 
+use crate::gateway::Priority;
 use crate::sim::Scenario;
 use crate::types::{Level, ResponseType};
 
@@ -25,12 +28,21 @@ pub struct Config {
     pub hedge: HedgeConfig,
     pub policies: PolicyConfig,
     pub limits: LimitsConfig,
+    /// Named tenants (header `x-tailcut-tenant`): residency, data terms and defaults.
+    pub tenants: BTreeMap<String, TenantConfig>,
+    pub ranking: RankingConfig,
+    pub leases: LeaseConfig,
+    pub cache: CacheConfig,
     pub sim: SimConfig,
 }
 
 impl Config {
     pub fn route(&self, name: &str) -> Option<&RouteConfig> {
         self.routes.iter().find(|r| r.name == name)
+    }
+
+    pub fn tenant(&self, name: &str) -> Option<&TenantConfig> {
+        self.tenants.get(name)
     }
 
     /// Does any route need the in-process simulated upstream?
@@ -126,12 +138,152 @@ pub struct RouteConfig {
     pub connect_timeout: Duration,
     /// Starting AIMD concurrency limit (it adapts between 1 and 16x this).
     pub concurrency: u32,
+    /// Quality score (0..1) per task type, e.g. `chat`, `code`. A task without a score fails
+    /// any quality floor.
+    pub quality: BTreeMap<String, f64>,
+    /// Which priority tiers may use this route.
+    pub pools: Pools,
+    /// How prompt tokens are counted for the context-window check.
+    pub tokenizer: TokenizerChoice,
+    /// An attempt is not started with less deadline left than this; `None` = the route's live
+    /// p50 TTFT.
+    pub min_useful: Option<Duration>,
+}
+
+/// The priority tiers a route serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pools {
+    pub interactive: bool,
+    pub batch: bool,
+}
+
+impl Default for Pools {
+    fn default() -> Self {
+        Pools {
+            interactive: true,
+            batch: true,
+        }
+    }
+}
+
+impl Pools {
+    pub fn admits(self, priority: Priority) -> bool {
+        match priority {
+            Priority::Interactive => self.interactive,
+            Priority::Batch => self.batch,
+        }
+    }
+}
+
+/// The tokenizer used to count a prompt against a route's context window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TokenizerChoice {
+    /// `o200k`/`cl100k` when the route's model names an OpenAI family, else `estimate`.
+    #[default]
+    Auto,
+    O200k,
+    Cl100k,
+    /// About four bytes of text per token, plus a margin.
+    Estimate,
 }
 
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
     pub routes: Vec<String>,
     pub hedge: bool,
+    /// The task type assumed when neither the request nor its tenant names one.
+    pub task: String,
+    /// Minimum route quality per task type for this model; `"*"` applies to every task.
+    pub quality_floor: BTreeMap<String, f64>,
+}
+
+/// Looks up a floor in a per-task table: the task's own entry, else the `"*"` entry.
+pub fn floor_for(table: &BTreeMap<String, f64>, task: &str) -> Option<f64> {
+    table.get(task).or_else(|| table.get("*")).copied()
+}
+
+/// A tenant (header `x-tailcut-tenant`). Region, data terms and the quality floor are rules
+/// that only narrow what a request may use; the rest are defaults a request header overrides.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TenantConfig {
+    pub name: String,
+    /// Only routes in this region are eligible.
+    pub region: Option<String>,
+    /// Every term here must be among a route's `data_terms`.
+    pub data_terms: Vec<String>,
+    pub deadline: Option<Duration>,
+    /// The highest tier this tenant's requests get (a header may only lower it).
+    pub priority: Option<Priority>,
+    /// `Some(false)`: never hedge this tenant's requests.
+    pub hedge: Option<bool>,
+    pub response_type: Option<ResponseType>,
+    /// Default task type for the quality floor.
+    pub task: Option<String>,
+    /// Minimum route quality per task type; `"*"` applies to every task.
+    pub quality_floor: BTreeMap<String, f64>,
+}
+
+/// Weights of the ranking score (lower is better), in seconds-equivalent of p95 TTFT.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankingConfig {
+    /// Per second of live p95 TTFT.
+    pub latency_weight: f64,
+    /// Per unit of error rate (1.0 = every attempt failing).
+    pub error_weight: f64,
+    /// Per currency unit of `cost_per_1k`.
+    pub cost_weight: f64,
+}
+
+impl Default for RankingConfig {
+    fn default() -> Self {
+        RankingConfig {
+            latency_weight: 1.0,
+            error_weight: 2.0,
+            cost_weight: 10.0,
+        }
+    }
+}
+
+/// Route leases: a session keeps its route while it stays healthy and eligible.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseConfig {
+    pub enabled: bool,
+    /// A lease lapses this long after the session's last served request.
+    pub ttl: Duration,
+    /// Sessions remembered at once; the least recently served are forgotten first.
+    pub max_sessions: usize,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            enabled: true,
+            ttl: Duration::from_secs(600),
+            max_sessions: 100_000,
+        }
+    }
+}
+
+/// The L3 answer cache: complete answers keyed by the normalised request, served only when
+/// no generating route can answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CacheConfig {
+    pub enabled: bool,
+    pub max_entries: usize,
+    pub ttl: Duration,
+    /// Larger answers are not stored.
+    pub max_answer_bytes: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: false,
+            max_entries: 1_000,
+            ttl: Duration::from_secs(300),
+            max_answer_bytes: 65_536,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -201,6 +353,17 @@ pub struct LimitsConfig {
     pub max_attempts: u32,
     /// Restarts/continues allowed after commit, per request.
     pub max_midstream_recoveries: u32,
+    /// Fleet-wide: retries plus hedges may be at most this share of requests over
+    /// `retry_budget_window` ...
+    pub retry_budget_ratio: f64,
+    /// ... plus this many per second, whatever the ratio says.
+    pub retry_budget_floor_per_sec: f64,
+    pub retry_budget_window: Duration,
+    /// Extra load any one route may take from failover, as a share of its normal load over
+    /// `retry_budget_window` (0.5 = at most 50% more than it serves as a first choice) ...
+    pub blast_radius: f64,
+    /// ... plus this many failover attempts per second, so an idle route can still take over.
+    pub blast_radius_floor_per_sec: f64,
 }
 
 #[derive(Debug, Clone, Default)]

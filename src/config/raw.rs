@@ -51,12 +51,60 @@ pub struct RawRoute {
     pub stall_timeout_ms: Option<u64>,
     pub connect_timeout_ms: Option<u64>,
     pub concurrency: Option<u32>,
+    pub quality: Option<BTreeMap<String, f64>>,
+    pub pools: Option<Vec<String>>,
+    pub tokenizer: Option<String>,
+    pub min_useful_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 pub struct RawModel {
     pub routes: Option<Vec<String>>,
     pub hedge: Option<bool>,
+    pub task: Option<String>,
+    pub quality_floor: Option<RawFloor>,
+}
+
+/// `quality_floor = 0.7` (every task) or `quality_floor = { code = 0.8, "*" = 0.6 }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawFloor {
+    All(f64),
+    PerTask(BTreeMap<String, f64>),
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawTenant {
+    pub region: Option<String>,
+    pub data_terms: Option<Vec<String>>,
+    pub deadline_ms: Option<u64>,
+    pub priority: Option<String>,
+    pub hedge: Option<bool>,
+    pub response_type: Option<String>,
+    pub task: Option<String>,
+    pub quality_floor: Option<RawFloor>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawRanking {
+    pub latency_weight: Option<f64>,
+    pub error_weight: Option<f64>,
+    pub cost_weight: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawLeases {
+    pub enabled: Option<bool>,
+    pub ttl_secs: Option<u64>,
+    pub max_sessions: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawCache {
+    pub enabled: Option<bool>,
+    pub max_entries: Option<usize>,
+    pub ttl_secs: Option<u64>,
+    pub max_answer_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -78,6 +126,11 @@ pub struct RawHedge {
 pub struct RawLimits {
     pub max_attempts: Option<u32>,
     pub max_midstream_recoveries: Option<u32>,
+    pub retry_budget_ratio: Option<f64>,
+    pub retry_budget_floor_per_sec: Option<f64>,
+    pub retry_budget_window_secs: Option<u64>,
+    pub blast_radius: Option<f64>,
+    pub blast_radius_floor_per_sec: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

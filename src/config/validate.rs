@@ -9,11 +9,8 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use super::raw::{RawHedge, RawLimits, RawModel, RawRoute, RawServer, RawSim};
-use super::{
-    Capabilities, Config, HedgeConfig, LimitsConfig, MidStreamPolicy, ModelConfig, PolicyConfig,
-    ProviderKind, RouteConfig, ServerConfig, SimConfig, Wire,
-};
+use super::raw::{RawCache, RawHedge, RawLeases, RawLimits, RawModel, RawRanking, RawRoute, RawServer, RawSim};
+use super::{Capabilities, Config, ModelConfig, ProviderKind, RouteConfig, SimConfig, Wire};
 use crate::sim::{self, Scenario};
 use crate::types::Level;
 
@@ -33,10 +30,7 @@ impl fmt::Display for ConfigProblem {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("{} problem(s) in the configuration:\n{}", .0.len(), .0.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<ConfigProblem>),
 }
@@ -67,14 +61,16 @@ pub fn load_str(text: &str) -> Result<Config, ConfigError> {
 }
 
 #[derive(Default)]
-struct Validator {
+pub(super) struct Validator {
     problems: Vec<ConfigProblem>,
 }
 
-const TOP_LEVEL: &[&str] = &["server", "routes", "models", "hedge", "policies", "limits", "sim"];
+const TOP_LEVEL: &[&str] = &[
+    "server", "routes", "models", "tenants", "hedge", "policies", "limits", "ranking", "leases", "cache", "sim",
+];
 
 impl Validator {
-    fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.problems.push(ConfigProblem {
             path: path.into(),
             message: message.into(),
@@ -82,7 +78,7 @@ impl Validator {
     }
 
     /// Deserializes one section, recording type errors and unknown keys under `path`.
-    fn section<T: DeserializeOwned + Default>(&mut self, path: &str, value: Option<&toml::Value>) -> T {
+    pub(super) fn section<T: DeserializeOwned + Default>(&mut self, path: &str, value: Option<&toml::Value>) -> T {
         let Some(value) = value else { return T::default() };
         let mut unknown = Vec::new();
         let result: Result<T, _> = serde_ignored::deserialize(value.clone(), |p| unknown.push(p.to_string()));
@@ -107,10 +103,14 @@ impl Validator {
         let server: RawServer = self.section("server", table.get("server"));
         let hedge: RawHedge = self.section("hedge", table.get("hedge"));
         let limits: RawLimits = self.section("limits", table.get("limits"));
+        let ranking: RawRanking = self.section("ranking", table.get("ranking"));
+        let leases: RawLeases = self.section("leases", table.get("leases"));
+        let cache: RawCache = self.section("cache", table.get("cache"));
         let sim_raw: RawSim = self.section("sim", table.get("sim"));
         let sim = self.sim(sim_raw);
         let routes = self.routes(table.get("routes"), &sim);
         let models = self.models(table.get("models"), &routes);
+        let tenants = self.tenants(table.get("tenants"), &routes);
         let policies = self.policies(table.get("policies"));
         Config {
             server: self.server(server),
@@ -118,15 +118,16 @@ impl Validator {
             models,
             hedge: self.hedge(hedge),
             policies,
-            limits: LimitsConfig {
-                max_attempts: limits.max_attempts.unwrap_or(4).max(1),
-                max_midstream_recoveries: limits.max_midstream_recoveries.unwrap_or(2),
-            },
+            limits: self.limits(limits),
+            tenants,
+            ranking: self.ranking(ranking),
+            leases: self.leases(leases),
+            cache: self.cache(cache),
             sim,
         }
     }
 
-    fn addr(&mut self, path: &str, value: Option<String>, default: &str) -> SocketAddr {
+    pub(super) fn addr(&mut self, path: &str, value: Option<String>, default: &str) -> SocketAddr {
         let text = value.unwrap_or_else(|| default.to_string());
         match text.parse() {
             Ok(a) => a,
@@ -134,29 +135,6 @@ impl Validator {
                 self.problem(path, format!("{text:?} is not an address like 127.0.0.1:8080"));
                 default.parse().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)))
             }
-        }
-    }
-
-    fn server(&mut self, s: RawServer) -> ServerConfig {
-        let ws = s.ws.unwrap_or_default();
-        let ms = Duration::from_millis;
-        ServerConfig {
-            listen: self.addr("server.listen", s.listen, "127.0.0.1:8080"),
-            drain: ms(s.drain_ms.unwrap_or(15_000)),
-            header_read_timeout: ms(s.header_read_timeout_ms.unwrap_or(10_000)),
-            max_header_bytes: s.max_header_bytes.unwrap_or(64 * 1024),
-            max_headers: s.max_headers.unwrap_or(100),
-            max_body_bytes: s.max_body_bytes.unwrap_or(4 * 1024 * 1024),
-            max_connections: s.max_connections.unwrap_or(10_000),
-            max_streams: s.max_streams.unwrap_or(5_000),
-            sse_keepalive: ms(s.sse_keepalive_ms.unwrap_or(15_000)),
-            ws_allowed_origins: ws.allowed_origins.unwrap_or_default(),
-            ws_max_message_bytes: ws.max_message_bytes.unwrap_or(256 * 1024),
-            ws_buffer_bytes: ws.buffer_bytes.unwrap_or(8 * 1024),
-            ws_send_queue: ws.send_queue.unwrap_or(256).max(1),
-            ws_ping_interval: ms(ws.ping_interval_ms.unwrap_or(20_000)),
-            admin_token_env: s.admin_token_env,
-            deadline: ms(s.deadline_ms.unwrap_or(60_000)),
         }
     }
 
@@ -225,7 +203,10 @@ impl Validator {
             Some("anthropic") => ProviderKind::Anthropic,
             Some("simulated") => ProviderKind::Simulated,
             Some(other) => {
-                self.problem(format!("{path}.provider"), format!("{other:?} is not one of openai, anthropic, simulated"));
+                self.problem(
+                    format!("{path}.provider"),
+                    format!("{other:?} is not one of openai, anthropic, simulated"),
+                );
                 ProviderKind::Simulated
             }
             None => {
@@ -249,7 +230,10 @@ impl Validator {
                 self.problem(format!("{path}.base_url"), "required for real providers");
             }
             (Some(url), _) if !(url.starts_with("http://") || url.starts_with("https://")) => {
-                self.problem(format!("{path}.base_url"), format!("{url:?} must start with http:// or https://"));
+                self.problem(
+                    format!("{path}.base_url"),
+                    format!("{url:?} must start with http:// or https://"),
+                );
             }
             _ => {}
         }
@@ -258,7 +242,10 @@ impl Validator {
             if sim::profile(&s).is_none() && !sim.scenarios.contains_key(&s) {
                 self.problem(
                     format!("{path}.scenario"),
-                    format!("unknown scenario {s:?} (built-in: {}; or define [sim.scenarios.{s}])", sim::profile_names().join(", ")),
+                    format!(
+                        "unknown scenario {s:?} (built-in: {}; or define [sim.scenarios.{s}])",
+                        sim::profile_names().join(", ")
+                    ),
                 );
             }
             Some(s)
@@ -270,7 +257,10 @@ impl Validator {
         };
         if let Some(env) = &r.api_key_env {
             if env.is_empty() || env.contains(char::is_whitespace) || env.starts_with("sk-") {
-                self.problem(format!("{path}.api_key_env"), "must name an environment variable, never hold a key");
+                self.problem(
+                    format!("{path}.api_key_env"),
+                    "must name an environment variable, never hold a key",
+                );
             }
         }
         let level = match r.level.as_deref() {
@@ -284,6 +274,9 @@ impl Validator {
             },
         };
         let capabilities = self.capabilities(path, provider, r.capabilities);
+        let quality = self.scores(&format!("{path}.quality"), r.quality.unwrap_or_default());
+        let pools = self.pools(path, r.pools);
+        let tokenizer = self.tokenizer(path, r.tokenizer.as_deref());
         let model = r.model.unwrap_or_else(|| {
             if provider != ProviderKind::Simulated {
                 self.problem(format!("{path}.model"), "required");
@@ -310,15 +303,37 @@ impl Validator {
             stall_timeout: Duration::from_millis(r.stall_timeout_ms.unwrap_or(10_000)),
             connect_timeout: Duration::from_millis(r.connect_timeout_ms.unwrap_or(5_000)),
             concurrency: r.concurrency.unwrap_or(256).max(1),
+            quality,
+            pools,
+            tokenizer,
+            min_useful: r.min_useful_ms.map(Duration::from_millis),
         })
     }
 
     fn capabilities(&mut self, path: &str, provider: ProviderKind, list: Option<Vec<String>>) -> Capabilities {
         let Some(list) = list else {
             return match provider {
-                ProviderKind::OpenAi => Capabilities { tools: true, vision: true, json_schema: true, prefill: false, streaming: true },
-                ProviderKind::Anthropic => Capabilities { tools: true, vision: true, json_schema: false, prefill: true, streaming: true },
-                ProviderKind::Simulated => Capabilities { tools: true, vision: true, json_schema: true, prefill: true, streaming: true },
+                ProviderKind::OpenAi => Capabilities {
+                    tools: true,
+                    vision: true,
+                    json_schema: true,
+                    prefill: false,
+                    streaming: true,
+                },
+                ProviderKind::Anthropic => Capabilities {
+                    tools: true,
+                    vision: true,
+                    json_schema: false,
+                    prefill: true,
+                    streaming: true,
+                },
+                ProviderKind::Simulated => Capabilities {
+                    tools: true,
+                    vision: true,
+                    json_schema: true,
+                    prefill: true,
+                    streaming: true,
+                },
             };
         };
         let mut caps = Capabilities::default();
@@ -360,84 +375,21 @@ impl Validator {
                     self.problem(format!("{path}.routes[{i}]"), format!("no route named {r:?}"));
                 }
             }
-            out.insert(name.clone(), ModelConfig { routes: list, hedge: raw.hedge.unwrap_or(true) });
+            let task = self
+                .task(&format!("{path}.task"), raw.task)
+                .unwrap_or_else(|| "chat".to_string());
+            let quality_floor = self.floor(&format!("{path}.quality_floor"), raw.quality_floor);
+            out.insert(
+                name.clone(),
+                ModelConfig {
+                    routes: list,
+                    hedge: raw.hedge.unwrap_or(true),
+                    task,
+                    quality_floor,
+                },
+            );
         }
         out
-    }
-
-    fn hedge(&mut self, h: RawHedge) -> HedgeConfig {
-        let ms = Duration::from_millis;
-        let percentile = h.percentile.unwrap_or(0.95);
-        if !(0.5..1.0).contains(&percentile) {
-            self.problem("hedge.percentile", "must be in [0.5, 1.0)");
-        }
-        let floor = ms(h.floor_ms.unwrap_or(50));
-        let ceiling = ms(h.ceiling_ms.unwrap_or(5_000));
-        if floor > ceiling {
-            self.problem("hedge.floor_ms", "must not exceed hedge.ceiling_ms");
-        }
-        let ratio = h.budget_ratio.unwrap_or(0.1);
-        if !(0.0..=1.0).contains(&ratio) {
-            self.problem("hedge.budget_ratio", "must be in [0, 1]");
-        }
-        let max_concurrent = h.max_concurrent_attempts.unwrap_or(2);
-        if max_concurrent == 0 {
-            self.problem("hedge.max_concurrent_attempts", "must be at least 1");
-        }
-        HedgeConfig {
-            enabled: h.enabled.unwrap_or(true),
-            percentile,
-            floor,
-            ceiling,
-            default_delay: ms(h.default_delay_ms.unwrap_or(2_000)),
-            min_samples: h.min_samples.unwrap_or(20),
-            window: Duration::from_secs(h.window_secs.unwrap_or(60).max(1)),
-            budget_ratio: ratio,
-            budget_floor_per_sec: h.budget_floor_per_sec.unwrap_or(1.0).max(0.0),
-            budget_window: Duration::from_secs(h.budget_window_secs.unwrap_or(10).max(1)),
-            max_concurrent_attempts: max_concurrent.max(1),
-        }
-    }
-
-    fn policies(&mut self, value: Option<&toml::Value>) -> PolicyConfig {
-        use MidStreamPolicy::*;
-        let mut by_type: BTreeMap<&'static str, (MidStreamPolicy, MidStreamPolicy)> = BTreeMap::from([
-            ("prose", (Continue, Restart)),
-            ("structured", (Restart, Truncate)),
-            ("tool", (Restart, Truncate)),
-            ("voice", (Continue, Truncate)),
-        ]);
-        let Some(value) = value else { return PolicyConfig { by_type } };
-        let Some(table) = value.as_table() else {
-            self.problem("policies", "must be a table: type = [\"first\", \"fallback\"]");
-            return PolicyConfig { by_type };
-        };
-        for (key, v) in table {
-            let path = format!("policies.{key}");
-            let Some(slot) = ["prose", "structured", "tool", "voice"].into_iter().find(|t| t == key) else {
-                self.problem(&path, "unknown response type (prose, structured, tool, voice)");
-                continue;
-            };
-            let names: Vec<&str> = match v {
-                toml::Value::String(s) => vec![s.as_str()],
-                toml::Value::Array(a) => a.iter().filter_map(|x| x.as_str()).collect(),
-                _ => Vec::new(),
-            };
-            let parsed: Vec<MidStreamPolicy> = names.iter().filter_map(|n| MidStreamPolicy::parse(n)).collect();
-            if parsed.is_empty() || parsed.len() != names.len() || parsed.len() > 2 {
-                self.problem(&path, "must be one or two of \"restart\", \"continue\", \"truncate\"");
-                continue;
-            }
-            if matches!(slot, "tool" | "structured") && parsed.contains(&Continue) {
-                self.problem(&path, "continue is never allowed for tool or structured answers");
-                continue;
-            }
-            let first = parsed[0];
-            // A single policy falls back to an honest truncation.
-            let fallback = parsed.get(1).copied().unwrap_or(Truncate);
-            by_type.insert(slot, (first, fallback));
-        }
-        PolicyConfig { by_type }
     }
 }
 
@@ -504,7 +456,10 @@ mod tests {
             "hedge.percentile",
             "policies.tool",
         ] {
-            assert!(paths.contains(&expected), "expected a problem at {expected}; got {paths:?}");
+            assert!(
+                paths.contains(&expected),
+                "expected a problem at {expected}; got {paths:?}"
+            );
         }
     }
 
@@ -518,14 +473,18 @@ mod tests {
             [models.chat]
             routes = ["a"]
         "#;
-        let Err(ConfigError::Invalid(problems)) = load_str(text) else { panic!("typo must be rejected") };
+        let Err(ConfigError::Invalid(problems)) = load_str(text) else {
+            panic!("typo must be rejected")
+        };
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].path, "routes[0].modle");
     }
 
     #[test]
     fn toml_syntax_error_is_reported() {
-        let Err(ConfigError::Invalid(problems)) = load_str("[server\nlisten=") else { panic!("must fail") };
+        let Err(ConfigError::Invalid(problems)) = load_str("[server\nlisten=") else {
+            panic!("must fail")
+        };
         assert_eq!(problems.len(), 1);
     }
 }

@@ -322,3 +322,52 @@ impl Drop for RoutePermit {
         }
     }
 }
+
+/// What the router reads of one route when it ranks: live latency, error rate, and whether
+/// the route can take traffic now.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RouteView {
+    /// `None` until the window holds `VIEW_MIN_SAMPLES` first tokens.
+    pub ttft_p50: Option<Duration>,
+    pub ttft_p95: Option<Duration>,
+    /// Failed share of recent attempts (0 with no attempts).
+    pub error_rate: f64,
+    /// Attempts behind `error_rate`.
+    pub error_volume: u64,
+    pub breaker_open: bool,
+    /// Cooling after a rate limit.
+    pub cooling: bool,
+    /// How long until the breaker or the cool-down lets traffic through again.
+    pub unavailable_for: Option<Duration>,
+}
+
+/// Fewer first tokens than this and a route's percentiles are not reported.
+const VIEW_MIN_SAMPLES: u64 = 5;
+
+impl Health {
+    /// A read-only view of `name` for ranking (a fresh route's view for unknown names).
+    pub fn view(&self, name: &str, now: Instant) -> RouteView {
+        let Some(r) = self.route(name) else { return RouteView::default() };
+        let mut s = r.state.lock();
+        let volume = s.outcomes.volume(now);
+        let cooling_until = s.cooling_until.filter(|u| *u > now);
+        let breaker_open = !s.breaker.allows(now);
+        let breaker_until = match s.breaker.state(now) {
+            BreakerState::Open { until } if breaker_open => Some(until),
+            _ => None,
+        };
+        let until = match (cooling_until, breaker_until) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        RouteView {
+            ttft_p50: s.ttft.quantile(now, 0.50, VIEW_MIN_SAMPLES),
+            ttft_p95: s.ttft.quantile(now, 0.95, VIEW_MIN_SAMPLES),
+            error_rate: if volume == 0 { 0.0 } else { s.outcomes.error_rate(now) },
+            error_volume: volume,
+            breaker_open,
+            cooling: cooling_until.is_some(),
+            unavailable_for: until.map(|u| u.saturating_duration_since(now)),
+        }
+    }
+}

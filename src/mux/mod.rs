@@ -13,6 +13,7 @@
 
 mod attempt;
 pub mod budget;
+pub mod cache;
 mod hedge;
 mod midstream;
 mod race;
