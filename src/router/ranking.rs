@@ -6,13 +6,18 @@
 //! `total = latency_weight * p95_s + error_weight * error_rate + cost_weight * cost_per_1k`
 //!
 //! A route with too few samples for a p95 is scored at the mean p95 of the plan's routes that
-//! have one (neutral: neither punished nor favoured for being new). Ties keep config order.
+//! have one (neutral: neither punished nor favoured for being new), and its error rate counts
+//! only from `MIN_ERROR_VOLUME` attempts in the window on (one failure in one attempt is not a
+//! 100% error rate worth reordering for; the breaker handles bursts). Ties keep config order.
 
 use serde::Serialize;
 
 use crate::config::{RankingConfig, RouteConfig};
 use crate::health::RouteView;
 use crate::types::Level;
+
+/// Attempts in the window before a route's error rate enters its score.
+pub const MIN_ERROR_VOLUME: u64 = 10;
 
 /// Can the route take traffic now?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -56,6 +61,8 @@ pub struct ScoreBreakdown {
     pub ttft_used_ms: f64,
     pub latency: f64,
     pub error_rate: f64,
+    /// Attempts behind `error_rate`; below `MIN_ERROR_VOLUME` the error term is 0.
+    pub error_volume: u64,
     pub errors: f64,
     pub cost_per_1k: f64,
     pub cost: f64,
@@ -94,7 +101,12 @@ pub fn rank<'a>(
             let p95 = view.ttft_p95.map(ms);
             let used = p95.unwrap_or(neutral_ms);
             let latency = w.latency_weight * used / 1000.0;
-            let errors = w.error_weight * view.error_rate;
+            let counted = if view.error_volume >= MIN_ERROR_VOLUME {
+                view.error_rate
+            } else {
+                0.0
+            };
+            let errors = w.error_weight * counted;
             let cost = w.cost_weight * route.cost_per_1k;
             let score = ScoreBreakdown {
                 status,
@@ -104,6 +116,7 @@ pub fn rank<'a>(
                 ttft_used_ms: used,
                 latency,
                 error_rate: view.error_rate,
+                error_volume: view.error_volume,
                 errors,
                 cost_per_1k: route.cost_per_1k,
                 cost,
@@ -199,6 +212,31 @@ mod tests {
         assert!(
             (a.cost - 10.0 * 0.002).abs() < 1e-9,
             "cost term = cost_weight x cost_per_1k: {a:?}"
+        );
+    }
+
+    #[test]
+    fn error_rate_counts_only_from_the_minimum_volume() {
+        let cfg = config("");
+        let route = |n: &str| cfg.route(n).expect("route");
+        let one_failure = RouteView {
+            error_volume: 1,
+            ..view(None, 1.0)
+        };
+        let ranked = rank(
+            vec![(route("eu-fast"), one_failure), (route("eu-a"), view(None, 0.0))],
+            None,
+            &cfg.ranking,
+        );
+        assert_eq!(
+            names(&ranked),
+            ["eu-fast", "eu-a"],
+            "one failure in one attempt does not reorder"
+        );
+        assert_eq!(
+            (ranked[0].score.error_rate, ranked[0].score.errors),
+            (1.0, 0.0),
+            "shown, not scored"
         );
     }
 
