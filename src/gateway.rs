@@ -61,6 +61,10 @@ pub struct RequestCtx {
     pub session: Option<String>,
     /// `x-tailcut-region`: only routes in this region are eligible.
     pub region: Option<String>,
+    /// `x-tailcut-tenant`: a `[tenants.*]` entry whose rules and defaults apply.
+    pub tenant: Option<String>,
+    /// `x-tailcut-task`: the task type the quality floor is checked for.
+    pub task: Option<String>,
 }
 
 impl RequestCtx {
@@ -74,6 +78,8 @@ impl RequestCtx {
             priority: Priority::Interactive,
             session: None,
             region: None,
+            tenant: None,
+            task: None,
         }
     }
 
@@ -113,6 +119,8 @@ impl RequestCtx {
         }
         ctx.session = get("x-tailcut-session").filter(|s| !s.is_empty()).map(str::to_string);
         ctx.region = get("x-tailcut-region").filter(|s| !s.is_empty()).map(str::to_string);
+        ctx.tenant = get("x-tailcut-tenant").filter(|s| !s.is_empty()).map(str::to_string);
+        ctx.task = get("x-tailcut-task").filter(|s| !s.is_empty() && s.len() <= 64).map(str::to_string);
         Ok(ctx)
     }
 }
@@ -218,6 +226,7 @@ impl Gateway {
 
     /// Builds the gateway over given providers (tests inject their own).
     pub fn with_providers(config: Arc<Config>, providers: HashMap<String, SharedProvider>) -> Self {
+        router::warm_tokenizers(&config);
         let health = Arc::new(Health::new(&config, Instant::now()));
         let mux = Arc::new(Mux::new(Arc::clone(&config), Arc::clone(&health), providers));
         Gateway { config, health, mux }
@@ -233,7 +242,7 @@ impl Gateway {
 
     /// Plans the request and returns its event stream. The first event is `Start` (commit)
     /// or `Error` (nothing was committed: render it as an HTTP error).
-    pub fn chat(&self, req: ChatRequest, ctx: RequestCtx) -> Result<EventStream, GatewayError> {
+    pub fn chat(&self, req: ChatRequest, mut ctx: RequestCtx) -> Result<EventStream, GatewayError> {
         if !self.config.models.contains_key(&req.model) {
             return Err(GatewayError::UnknownModel {
                 model: req.model,
@@ -245,7 +254,30 @@ impl Gateway {
         }
         metrics::counter!(telemetry::REQUESTS_TOTAL, "model" => req.model.clone()).increment(1);
         let now = Instant::now();
-        let stream = match router::plan(&self.config, &self.health, &req, &ctx, now) {
+        let tenant = match ctx.tenant.as_deref() {
+            Some(name) => Some(
+                router::tenant_defaults(&self.config, name)
+                    .ok_or_else(|| GatewayError::BadRequest(format!("unknown tenant {name:?} (x-tailcut-tenant)")))?,
+            ),
+            None => None,
+        };
+        if let Some(t) = tenant {
+            router::apply_tenant(&mut ctx, t);
+        }
+        let mut needs = router::Requirements::from_ctx(&ctx).with_task(ctx.task.as_deref());
+        if let Some(t) = tenant {
+            needs = needs.with_tenant(t);
+        }
+        let planned = {
+            let mut leases = self.mux.leases.lock();
+            let lookup = ctx
+                .session
+                .as_deref()
+                .filter(|_| self.config.leases.enabled)
+                .map(|session| router::LeaseLookup { table: &mut leases, session });
+            router::plan_with(&self.config, &self.health, &req, &needs, lookup, now)
+        };
+        let stream = match planned {
             Ok(plan) => self.mux.run(req, ctx, plan),
             Err(e) => {
                 let event = StreamEvent::Error(ErrorEvent {

@@ -32,6 +32,8 @@ pub use hedge::NoHedge;
 pub use midstream::{Seam, SeamOut};
 
 use self::budget::{Budget, BudgetConfig};
+use self::cache::AnswerCache;
+use crate::router::LeaseTable;
 use crate::config::Config;
 use crate::gateway::RequestCtx;
 use crate::health::Health;
@@ -39,12 +41,20 @@ use crate::provider::SharedProvider;
 use crate::router::Plan;
 use crate::types::{ChatRequest, EventStream};
 
-/// Shared by every request: config, health, providers per route, the hedge budget.
+/// Shared by every request: config, health, providers per route, the budgets, route leases
+/// and the L3 answer cache.
 pub struct Mux {
     pub config: Arc<Config>,
     pub health: Arc<Health>,
     providers: HashMap<String, SharedProvider>,
+    /// Hedges as a share of requests.
     budget: Mutex<Budget>,
+    /// Fleet-wide: every attempt beyond a request's first (failovers, recoveries, hedges).
+    retry_budget: Mutex<Budget>,
+    /// Per route: extra attempts it takes from failover, as a share of its first-choice load.
+    blast: HashMap<String, Mutex<Budget>>,
+    pub leases: Mutex<LeaseTable>,
+    pub cache: Mutex<AnswerCache>,
 }
 
 impl Mux {
@@ -54,12 +64,56 @@ impl Mux {
             floor_per_sec: config.hedge.budget_floor_per_sec,
             window: config.hedge.budget_window,
         });
+        let limits = &config.limits;
+        let retry_budget = Budget::new(BudgetConfig {
+            ratio: limits.retry_budget_ratio,
+            floor_per_sec: limits.retry_budget_floor_per_sec,
+            window: limits.retry_budget_window,
+        });
+        let blast = config
+            .routes
+            .iter()
+            .map(|r| {
+                let b = Budget::new(BudgetConfig {
+                    ratio: limits.blast_radius,
+                    floor_per_sec: limits.blast_radius_floor_per_sec,
+                    window: limits.retry_budget_window,
+                });
+                (r.name.clone(), Mutex::new(b))
+            })
+            .collect();
         Mux {
+            leases: Mutex::new(LeaseTable::new(&config.leases)),
+            cache: Mutex::new(AnswerCache::new(config.cache)),
+            budget: Mutex::new(budget),
+            retry_budget: Mutex::new(retry_budget),
+            blast,
             config,
             health,
             providers,
-            budget: Mutex::new(budget),
         }
+    }
+
+    /// Records one logical request in the fleet-wide retry budget.
+    fn retry_deposit(&self, now: Instant) {
+        self.retry_budget.lock().on_request(now);
+    }
+
+    /// Takes one extra attempt from the fleet-wide retry budget.
+    fn retry_withdraw(&self, now: Instant) -> bool {
+        self.retry_budget.lock().try_withdraw(now)
+    }
+
+    /// A first-choice attempt on `route`: the base its failover share is measured against.
+    fn blast_deposit(&self, route: &str, now: Instant) {
+        if let Some(b) = self.blast.get(route) {
+            b.lock().on_request(now);
+        }
+    }
+
+    /// May `route` take one more attempt that another route's trouble sent it?
+    fn blast_withdraw(&self, route: &str, now: Instant) -> bool {
+        self.blast.get(route).is_none_or(|b| b.lock().try_withdraw(now))
     }
 
     pub fn provider(&self, route: &str) -> Option<SharedProvider> {

@@ -29,6 +29,14 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
         let (mut cur, first) = match run.first_token(true, None).await {
             Ok(won) => won,
             Err(e) => {
+                // L3: a cached complete answer rather than an error, when no generating route
+                // could serve and the failure was not the request's own fault.
+                if let Some(answer) = run.cached_answer(&e) {
+                    for event in run.serve_cached(answer) {
+                        yield event;
+                    }
+                    return;
+                }
                 yield StreamEvent::Error(e);
                 return;
             }
@@ -89,6 +97,9 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
                     seam = Seam::Pass;
                     run.transcript.tool_calls += 1;
                     run.transcript.tool_open = false;
+                    if run.mux.config.cache.enabled {
+                        run.calls.push(call.clone());
+                    }
                     yield StreamEvent::ToolCall(call);
                 }
                 AttemptEvent::Usage(u) => run.usage = Some(u),
@@ -105,6 +116,7 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
                         _ => {}
                     }
                     cur.resolve(Ok(()));
+                    run.remember(&cur.route, reason);
                     if run.req.include_usage {
                         if let Some(u) = run.usage {
                             yield StreamEvent::Usage(u);
@@ -179,6 +191,11 @@ struct Run {
     retry_hints: Vec<Duration>,
     /// The plan's candidates as planned (the queue consumes them).
     planned: Vec<Candidate>,
+    /// The plan as made (candidates, ranking with score breakdowns, exclusions, lease): the
+    /// decision record logs it.
+    plan: Plan,
+    /// Tool calls sent, kept only for the answer cache.
+    calls: Vec<crate::types::ToolCall>,
     /// Routes already retried once on the same rung.
     retried: std::collections::HashSet<String>,
 }
@@ -190,10 +207,12 @@ impl Run {
         let rtype = ctx.response_type.unwrap_or_else(|| req.detected_response_type());
         let hedge = hedge_allowed(&mux, &ctx, &plan);
         mux.budget_deposit(started);
-        let env = Envelope { request_id: ctx.request_id.clone(), ..Envelope::default() };
+        mux.retry_deposit(started);
+        let env = Envelope { request_id: ctx.request_id.clone(), lease: plan.lease.clone(), ..Envelope::default() };
         Run {
             planned: plan.candidates.clone(),
-            queue: plan.candidates.into(),
+            queue: plan.candidates.clone().into(),
+            calls: Vec::new(),
             started,
             deadline,
             env,
@@ -205,7 +224,8 @@ impl Run {
             usage: None,
             retry_hints: Vec::new(),
             retried: Default::default(),
-            skipped: plan.excluded.into_iter().map(|e| (e.route, e.reason, None)).collect(),
+            skipped: plan.excluded.iter().map(|e| (e.route.clone(), e.reason.clone(), None)).collect(),
+            plan,
             mux,
             req,
             ctx,
@@ -389,6 +409,10 @@ impl Run {
         if self.env.route.is_none() {
             self.env.ttft_ms = Some(self.since_start(now));
         }
+        if let Some(session) = self.ctx.session.as_deref().filter(|_| self.mux.config.leases.enabled) {
+            let recorded = self.mux.leases.lock().record(session, &winner.route, now);
+            self.env.lease = crate::router::envelope_lease(self.plan.lease.as_ref(), recorded);
+        }
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());
         self.env.level = self.route_config(&winner.route).map_or(Level::L0, |r| r.level);
@@ -423,14 +447,26 @@ impl Run {
                 return None;
             }
             let remaining = self.deadline.saturating_duration_since(now);
-            let useful = self.mux.health.ttft_quantile(&candidate.route, 0.5, now).unwrap_or(Duration::from_millis(10));
+            let useful = self
+                .plan
+                .min_useful(&candidate.route)
+                .or_else(|| self.mux.health.ttft_quantile(&candidate.route, 0.5, now))
+                .unwrap_or(Duration::from_millis(10));
             if remaining < useful {
                 let why = format!(
-                    "deadline: {} ms left, less than the route's p50 TTFT of {} ms",
+                    "deadline: {} ms left, less than the route's minimum useful time of {} ms",
                     remaining.as_millis(),
                     useful.as_millis()
                 );
                 self.skipped.push((candidate.route, why, None));
+                continue;
+            }
+            if let Some(why) = self.spend_budgets(role, &candidate.route, now) {
+                let stop = why == "retry budget spent";
+                self.skipped.push((candidate.route, why.into(), None));
+                if stop {
+                    return None;
+                }
                 continue;
             }
             let permit = match self.mux.health.acquire(&candidate.route, now, self.ctx.priority) {
@@ -466,6 +502,74 @@ impl Run {
             };
             return Some(Attempt::start(Arc::from(candidate.route.as_str()), model, role, provider, upstream, Some(permit)));
         }
+    }
+
+    /// Budgets for one more attempt on `route`: a first choice is the base the others are
+    /// measured against; every other attempt spends the fleet-wide retry budget, and a
+    /// failover or recovery also the route's blast-radius allowance (hedges have their own
+    /// budget). `Some(reason)` when a budget said no.
+    fn spend_budgets(&mut self, role: Role, route: &str, now: Instant) -> Option<&'static str> {
+        if self.mux.health.availability(route, now).is_err() {
+            return None; // `acquire` will pass it over with the precise reason
+        }
+        let verdict = match role {
+            Role::Primary => {
+                self.mux.blast_deposit(route, now);
+                None
+            }
+            _ if !self.mux.retry_withdraw(now) => Some("retry budget spent"),
+            Role::Failover | Role::Recovery if !self.mux.blast_withdraw(route, now) => Some("blast radius cap"),
+            _ => None,
+        };
+        if let Some(reason) = verdict {
+            let label = if reason == "retry budget spent" { "retry_budget" } else { "blast_radius" };
+            metrics::counter!(t::BUDGET_DENIED_TOTAL, "budget" => label).increment(1);
+        }
+        verdict
+    }
+
+    /// A complete cached answer to serve at L3 instead of `err`, when the cache is on.
+    fn cached_answer(&mut self, err: &ErrorEvent) -> Option<super::cache::CachedAnswer> {
+        if !self.mux.config.cache.enabled
+            || matches!(err.class, ErrorClass::BadRequest | ErrorClass::Auth | ErrorClass::Refusal | ErrorClass::NoRoute)
+        {
+            return None;
+        }
+        self.mux.cache.lock().get(&self.req, Instant::now())
+    }
+
+    /// The events of a cached answer served at L3.
+    fn serve_cached(&mut self, answer: super::cache::CachedAnswer) -> Vec<StreamEvent> {
+        self.env.level = Level::L3;
+        self.env.route = Some("cache".into());
+        self.env.model = Some(answer.served_by.clone());
+        self.env.ttft_ms = Some(self.since_start(Instant::now()));
+        self.log_outcome("served_from_cache");
+        let mut out = vec![StreamEvent::Start(self.env.clone())];
+        if !answer.text.is_empty() {
+            out.push(StreamEvent::TextDelta(answer.text));
+        }
+        out.extend(answer.tool_calls.into_iter().map(StreamEvent::ToolCall));
+        if self.req.include_usage {
+            out.extend(answer.usage.map(StreamEvent::Usage));
+        }
+        out.push(StreamEvent::Finish { reason: answer.finish, envelope: self.env.clone() });
+        out
+    }
+
+    /// A completed answer: keep it for L3 when the cache is on.
+    fn remember(&mut self, route: &str, finish: FinishReason) {
+        if !self.mux.config.cache.enabled || self.env.level == Level::L3 {
+            return;
+        }
+        let answer = super::cache::CachedAnswer {
+            text: self.transcript.text.clone(),
+            tool_calls: std::mem::take(&mut self.calls),
+            finish,
+            usage: self.usage,
+            served_by: route.to_string(),
+        };
+        let _ = self.mux.cache.lock().put(&self.req, answer, Instant::now());
     }
 
     fn record_failure(&mut self, attempt: &mut Attempt, err: &ProviderError) {
@@ -624,6 +728,7 @@ impl Run {
             ttft_ms = self.env.ttft_ms,
             fell_back_from = ?self.env.fell_back_from.iter().map(|f| (&f.route, &f.class, f.status)).collect::<Vec<_>>(),
             skipped = ?self.skipped.iter().map(|s| (&s.0, &s.1)).collect::<Vec<_>>(),
+            plan = %serde_json::to_string(&self.plan).unwrap_or_default(),
             "request decided"
                 )
             };
