@@ -28,6 +28,8 @@ pub struct Config {
     pub hedge: HedgeConfig,
     pub policies: PolicyConfig,
     pub limits: LimitsConfig,
+    /// Per-route circuit breakers (one per route, all with these settings).
+    pub breaker: crate::health::breaker::BreakerConfig,
     /// Named tenants (header `x-tailcut-tenant`): residency, data terms and defaults.
     pub tenants: BTreeMap<String, TenantConfig>,
     pub ranking: RankingConfig,

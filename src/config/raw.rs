@@ -134,6 +134,17 @@ pub struct RawLimits {
 }
 
 #[derive(Debug, Default, Deserialize)]
+pub struct RawBreaker {
+    pub window_secs: Option<u64>,
+    pub min_volume: Option<u32>,
+    pub error_rate: Option<f64>,
+    pub consecutive_failures: Option<u32>,
+    pub cooldown_ms: Option<u64>,
+    pub max_cooldown_ms: Option<u64>,
+    pub half_open_probes: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
 pub struct RawSim {
     pub listen: Option<String>,
     pub scenarios: Option<BTreeMap<String, toml::Value>>,

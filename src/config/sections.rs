@@ -109,3 +109,27 @@ impl Validator {
         PolicyConfig { by_type }
     }
 }
+
+impl Validator {
+    pub(super) fn breaker(&mut self, b: super::raw::RawBreaker) -> crate::health::breaker::BreakerConfig {
+        let d = crate::health::breaker::BreakerConfig::default();
+        let error_rate = b.error_rate.unwrap_or(d.error_rate);
+        if !(0.0..=1.0).contains(&error_rate) || error_rate == 0.0 {
+            self.problem("breaker.error_rate", "must be in (0, 1]");
+        }
+        let cooldown = b.cooldown_ms.map_or(d.cooldown, Duration::from_millis);
+        let max_cooldown = b.max_cooldown_ms.map_or(d.max_cooldown, Duration::from_millis);
+        if cooldown > max_cooldown {
+            self.problem("breaker.cooldown_ms", "must not exceed breaker.max_cooldown_ms");
+        }
+        crate::health::breaker::BreakerConfig {
+            window: b.window_secs.map_or(d.window, |s| Duration::from_secs(s.max(1))),
+            min_volume: b.min_volume.unwrap_or(d.min_volume),
+            error_rate: error_rate.clamp(0.0, 1.0),
+            consecutive_failures: b.consecutive_failures.unwrap_or(d.consecutive_failures),
+            cooldown,
+            max_cooldown,
+            half_open_probes: b.half_open_probes.unwrap_or(d.half_open_probes).max(1),
+        }
+    }
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use super::raw::{RawCache, RawHedge, RawLeases, RawLimits, RawModel, RawRanking, RawRoute, RawServer, RawSim};
+use super::raw::{RawBreaker, RawCache, RawHedge, RawLeases, RawLimits, RawModel, RawRanking, RawRoute, RawServer, RawSim};
 use super::{Capabilities, Config, ModelConfig, ProviderKind, RouteConfig, SimConfig, Wire};
 use crate::sim::{self, Scenario};
 use crate::types::Level;
@@ -66,7 +66,8 @@ pub(super) struct Validator {
 }
 
 const TOP_LEVEL: &[&str] = &[
-    "server", "routes", "models", "tenants", "hedge", "policies", "limits", "ranking", "leases", "cache", "sim",
+    "server", "routes", "models", "tenants", "hedge", "policies", "limits", "breaker", "ranking", "leases", "cache",
+    "sim",
 ];
 
 impl Validator {
@@ -103,6 +104,7 @@ impl Validator {
         let server: RawServer = self.section("server", table.get("server"));
         let hedge: RawHedge = self.section("hedge", table.get("hedge"));
         let limits: RawLimits = self.section("limits", table.get("limits"));
+        let breaker: RawBreaker = self.section("breaker", table.get("breaker"));
         let ranking: RawRanking = self.section("ranking", table.get("ranking"));
         let leases: RawLeases = self.section("leases", table.get("leases"));
         let cache: RawCache = self.section("cache", table.get("cache"));
@@ -119,6 +121,7 @@ impl Validator {
             hedge: self.hedge(hedge),
             policies,
             limits: self.limits(limits),
+            breaker: self.breaker(breaker),
             tenants,
             ranking: self.ranking(ranking),
             leases: self.leases(leases),

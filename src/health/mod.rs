@@ -19,7 +19,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use self::admission::{Aimd, AimdConfig};
-use self::breaker::{Breaker, BreakerConfig, BreakerState};
+use self::breaker::{Breaker, BreakerState};
 use self::ttft::LatencyWindow;
 use self::window::RollingCounts;
 use crate::config::{Config, HedgeConfig};
@@ -88,7 +88,7 @@ impl Health {
                 state: Mutex::new(RouteState {
                     ttft: LatencyWindow::new(config.hedge.window, now),
                     gaps: LatencyWindow::new(config.hedge.window, now),
-                    breaker: Breaker::new(BreakerConfig::default()),
+                    breaker: Breaker::new(config.breaker.clone()),
                     admission: Aimd::new(AimdConfig {
                         initial: f64::from(r.concurrency),
                         max: f64::from(r.concurrency) * 16.0,
