@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -63,7 +65,25 @@ pub fn app(state: AppState) -> Router {
     transport::routes()
         .merge(transport::ops::routes())
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::map_response(move |r: Response| too_large_as_json(r, limit)))
         .with_state(state)
+}
+
+/// axum answers an oversized body with a plain-text 413; clients of every dialect parse JSON
+/// errors, so say it in the OpenAI error shape (which the Anthropic SDK reads too).
+async fn too_large_as_json(response: Response, limit: usize) -> Response {
+    if response.status() != StatusCode::PAYLOAD_TOO_LARGE {
+        return response;
+    }
+    let body = serde_json::json!({
+        "type": "error",
+        "error": {
+            "message": format!("request body exceeds the {limit}-byte limit"),
+            "type": "invalid_request_error",
+            "code": "request_too_large",
+        }
+    });
+    (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response()
 }
 
 /// A server started by `start`: its address, its simulated upstream, and a way to stop it.
