@@ -145,7 +145,11 @@ impl<'a> Eligibility<'a> {
         if req.messages.iter().any(|m| m.has_images()) && !caps.vision {
             lacking.push("vision");
         }
-        if matches!(req.response_format, Some(ResponseFormat::JsonSchema { .. })) && !caps.json_schema {
+        // Structured output is never silently dropped: a route without native JSON output
+        // (e.g. Anthropic's Messages API) is not eligible for json_object or json_schema.
+        if matches!(req.response_format, Some(ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject))
+            && !caps.json_schema
+        {
             lacking.push("json_schema");
         }
         if !lacking.is_empty() {
