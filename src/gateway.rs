@@ -120,7 +120,9 @@ impl RequestCtx {
         ctx.session = get("x-tailcut-session").filter(|s| !s.is_empty()).map(str::to_string);
         ctx.region = get("x-tailcut-region").filter(|s| !s.is_empty()).map(str::to_string);
         ctx.tenant = get("x-tailcut-tenant").filter(|s| !s.is_empty()).map(str::to_string);
-        ctx.task = get("x-tailcut-task").filter(|s| !s.is_empty() && s.len() <= 64).map(str::to_string);
+        ctx.task = get("x-tailcut-task")
+            .filter(|s| !s.is_empty() && s.len() <= 64)
+            .map(str::to_string);
         Ok(ctx)
     }
 }
@@ -204,20 +206,37 @@ impl Gateway {
                         Wire::Anthropic => sim.anthropic_base_url(scenario),
                     }
                 }
-                _ => return Err(StartError::NoUpstream { route: route.name.clone() }),
+                _ => {
+                    return Err(StartError::NoUpstream {
+                        route: route.name.clone(),
+                    })
+                }
             };
             let api_key = match &route.api_key_env {
                 Some(var) => match std::env::var(var) {
                     Ok(key) if !key.is_empty() => Some(key),
-                    _ => return Err(StartError::MissingKey { route: route.name.clone(), var: var.clone() }),
+                    _ => {
+                        return Err(StartError::MissingKey {
+                            route: route.name.clone(),
+                            var: var.clone(),
+                        })
+                    }
                 },
                 None => None,
             };
             let p: SharedProvider = match route.wire {
-                Wire::OpenAi => Arc::new(OpenAiProvider::new(base_url, route.model.clone(), api_key, client.clone())),
-                Wire::Anthropic => {
-                    Arc::new(AnthropicProvider::new(base_url, route.model.clone(), api_key, client.clone()))
-                }
+                Wire::OpenAi => Arc::new(OpenAiProvider::new(
+                    base_url,
+                    route.model.clone(),
+                    api_key,
+                    client.clone(),
+                )),
+                Wire::Anthropic => Arc::new(AnthropicProvider::new(
+                    base_url,
+                    route.model.clone(),
+                    api_key,
+                    client.clone(),
+                )),
             };
             providers.insert(route.name.clone(), p);
         }
@@ -274,7 +293,10 @@ impl Gateway {
                 .session
                 .as_deref()
                 .filter(|_| self.config.leases.enabled)
-                .map(|session| router::LeaseLookup { table: &mut leases, session });
+                .map(|session| router::LeaseLookup {
+                    table: &mut leases,
+                    session,
+                });
             router::plan_with(&self.config, &self.health, &req, &needs, lookup, now)
         };
         let stream = match planned {
@@ -285,7 +307,11 @@ impl Gateway {
                     status: 400,
                     message: e.to_string(),
                     retry_after: None,
-                    envelope: Envelope { request_id: ctx.request_id, level: Level::L4, ..Envelope::default() },
+                    envelope: Envelope {
+                        request_id: ctx.request_id,
+                        level: Level::L4,
+                        ..Envelope::default()
+                    },
                 });
                 Box::pin(futures::stream::iter([event])) as EventStream
             }
@@ -297,7 +323,10 @@ impl Gateway {
         self.config
             .models
             .iter()
-            .map(|(name, m)| ModelInfo { name: name.clone(), routes: m.routes.clone() })
+            .map(|(name, m)| ModelInfo {
+                name: name.clone(),
+                routes: m.routes.clone(),
+            })
             .collect()
     }
 }
@@ -323,7 +352,10 @@ impl Drop for ActiveStream {
 impl futures::Stream for ActiveStream {
     type Item = StreamEvent;
 
-    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<StreamEvent>> {
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<StreamEvent>> {
         self.inner.as_mut().poll_next(cx)
     }
 }

@@ -44,6 +44,8 @@ enum Command {
 enum BenchCommand {
     /// Hedging off vs on over two `spiky` routes: TTFT percentiles, extra load, cancel latency.
     Hedge(tailcut::bench::HedgeArgs),
+    /// What the gateway itself costs: added TTFT and memory per open stream and WebSocket.
+    Overhead(tailcut::bench::OverheadArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,11 +59,25 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        match cli.command.unwrap_or(Command::Serve { config: None, listen: None }) {
+        match cli.command.unwrap_or(Command::Serve {
+            config: None,
+            listen: None,
+        }) {
             Command::Serve { config, listen } => serve(config, listen).await,
             Command::Sim { listen, config } => sim(listen, config).await,
             Command::CheckConfig { file } => check_config(&file),
-            Command::Bench { which: BenchCommand::Hedge(args) } => match tailcut::bench::hedge(args).await {
+            Command::Bench {
+                which: BenchCommand::Hedge(args),
+            } => match tailcut::bench::hedge(args).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tailcut bench: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+            Command::Bench {
+                which: BenchCommand::Overhead(args),
+            } => match tailcut::bench::overhead(args).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("tailcut bench: {e}");
@@ -146,7 +162,12 @@ async fn sim(listen: SocketAddr, path: Option<PathBuf>) -> ExitCode {
 fn check_config(file: &std::path::Path) -> ExitCode {
     match config::load_file(file) {
         Ok(c) => {
-            println!("{}: ok ({} routes, {} models)", file.display(), c.routes.len(), c.models.len());
+            println!(
+                "{}: ok ({} routes, {} models)",
+                file.display(),
+                c.routes.len(),
+                c.models.len()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -65,7 +65,9 @@ pub fn app(state: AppState) -> Router {
     transport::routes()
         .merge(transport::ops::routes())
         .layer(DefaultBodyLimit::max(limit))
-        .layer(axum::middleware::map_response(move |r: Response| too_large_as_json(r, limit)))
+        .layer(axum::middleware::map_response(move |r: Response| {
+            too_large_as_json(r, limit)
+        }))
         .with_state(state)
 }
 
@@ -115,7 +117,11 @@ impl Running {
 pub async fn start(config: Config, listener: TcpListener) -> Result<Running, StartError> {
     let sim = if config.needs_sim() {
         let listen = config.sim.listen.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
-        Some(SimHandle::start(listen, config.sim.scenarios.clone()).await.map_err(StartError::Sim)?)
+        Some(
+            SimHandle::start(listen, config.sim.scenarios.clone())
+                .await
+                .map_err(StartError::Sim)?,
+        )
     } else {
         None
     };
@@ -131,7 +137,13 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<Running, Sta
         })
         .await;
     });
-    Ok(Running { addr, sim, state, stop, task })
+    Ok(Running {
+        addr,
+        sim,
+        state,
+        stop,
+        task,
+    })
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves, then drains.
@@ -144,7 +156,10 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
         .header_read_timeout(server.header_read_timeout)
         .max_buf_size(server.max_header_bytes.max(8192))
         .max_headers(server.max_headers);
-    builder.http2().timer(TokioTimer::new()).max_header_list_size(server.max_header_bytes as u32);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(server.max_header_bytes as u32);
     let connections = Arc::new(Semaphore::new(server.max_connections));
     let graceful = GracefulShutdown::new();
     let app = app(state.clone());

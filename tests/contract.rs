@@ -44,14 +44,21 @@ fn config(scenario: &str) -> String {
 fn request(model: &str, tools: bool) -> ChatRequest {
     let mut req = ChatRequest {
         model: model.into(),
-        messages: vec![Message::text(Role::System, "Be brief."), Message::text(Role::User, "Hello")],
+        messages: vec![
+            Message::text(Role::System, "Be brief."),
+            Message::text(Role::User, "Hello"),
+        ],
         stream: true,
         include_usage: true,
         ..ChatRequest::default()
     };
     if tools {
         for name in ["get_weather", "get_time"] {
-            req.tools.push(ToolSpec { name: name.into(), description: None, parameters: serde_json::json!({"type": "object"}) });
+            req.tools.push(ToolSpec {
+                name: name.into(),
+                description: None,
+                parameters: serde_json::json!({"type": "object"}),
+            });
         }
     }
     req
@@ -103,7 +110,11 @@ async fn parallel_tool_calls_are_equivalent_across_providers() {
     let (openai, anthropic) = both("tools", true).await;
     assert_eq!(openai, anthropic);
     assert_eq!(
-        openai.iter().filter(|e| e.starts_with("tool:")).cloned().collect::<Vec<_>>(),
+        openai
+            .iter()
+            .filter(|e| e.starts_with("tool:"))
+            .cloned()
+            .collect::<Vec<_>>(),
         vec![
             r#"tool:0:get_weather:{"city":"Zürich","unit":"celsius"}"#.to_string(),
             r#"tool:1:get_time:{"tz":"Europe/Zurich"}"#.to_string(),
@@ -122,12 +133,19 @@ async fn refusals_are_equivalent_across_providers() {
 async fn max_tokens_inside_a_tool_call_never_yields_the_fragment() {
     let (openai, anthropic) = both("cut-tool", true).await;
     assert_eq!(openai, anthropic);
-    assert!(openai.iter().all(|e| !e.starts_with("tool:")), "no partial call: {openai:?}");
+    assert!(
+        openai.iter().all(|e| !e.starts_with("tool:")),
+        "no partial call: {openai:?}"
+    );
 }
 
 #[tokio::test]
 async fn in_band_overload_is_the_same_failure_on_both_providers() {
     let (openai, anthropic) = both("overloaded", false).await;
     assert_eq!(openai, anthropic);
-    assert_eq!(openai.last().map(String::as_str), Some("finish:truncated"), "{openai:?}");
+    assert_eq!(
+        openai.last().map(String::as_str),
+        Some("finish:truncated"),
+        "{openai:?}"
+    );
 }

@@ -36,12 +36,21 @@ async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: Duration) 
 
 #[tokio::test]
 async fn slow_headers_are_cut_off() {
-    let toml = config_toml(&[("a", "openai", "quick")], QUICK).replacen("[server]\n", "[server]\nheader_read_timeout_ms = 300\n", 1);
+    let toml = config_toml(&[("a", "openai", "quick")], QUICK).replacen(
+        "[server]\n",
+        "[server]\nheader_read_timeout_ms = 300\n",
+        1,
+    );
     let server = start(&toml).await;
     let mut conn = tokio::net::TcpStream::connect(server.addr).await.expect("connect");
-    conn.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n").await.expect("partial headers");
+    conn.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("partial headers");
     let closed = read_until_closed(&mut conn, Duration::from_secs(10)).await;
-    assert!(closed.is_some(), "a client that never finishes its headers is disconnected");
+    assert!(
+        closed.is_some(),
+        "a client that never finishes its headers is disconnected"
+    );
 }
 
 #[tokio::test]
@@ -51,28 +60,47 @@ async fn oversized_headers_are_refused() {
     let big = "a".repeat(420 * 1024);
     let req = format!("GET /healthz HTTP/1.1\r\nHost: x\r\nx-big: {big}\r\n\r\n");
     let _ = conn.write_all(req.as_bytes()).await;
-    let reply = read_until_closed(&mut conn, Duration::from_secs(10)).await.unwrap_or_default();
+    let reply = read_until_closed(&mut conn, Duration::from_secs(10))
+        .await
+        .unwrap_or_default();
     let head = String::from_utf8_lossy(&reply);
-    assert!(!head.starts_with("HTTP/1.1 200"), "a 420 KB header is not served: {head}");
+    assert!(
+        !head.starts_with("HTTP/1.1 200"),
+        "a 420 KB header is not served: {head}"
+    );
 }
 
 #[tokio::test]
 async fn oversized_body_is_a_413_with_a_json_error() {
-    let toml = config_toml(&[("a", "openai", "quick")], QUICK).replacen("[server]\n", "[server]\nmax_body_bytes = 1024\n", 1);
+    let toml =
+        config_toml(&[("a", "openai", "quick")], QUICK).replacen("[server]\n", "[server]\nmax_body_bytes = 1024\n", 1);
     let server = start(&toml).await;
     let mut body = chat_body(true);
     body["messages"][0]["content"] = serde_json::Value::String("x".repeat(4096));
-    let resp = client().post(server.url("/v1/chat/completions")).json(&body).send().await.expect("sent");
+    let resp = client()
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
     assert_eq!(resp.status(), 413);
     let json: serde_json::Value = resp.json().await.expect("a JSON error body");
-    assert!(json["error"]["message"].as_str().is_some_and(|m| m.contains("1024")), "{json}");
+    assert!(
+        json["error"]["message"].as_str().is_some_and(|m| m.contains("1024")),
+        "{json}"
+    );
 }
 
 #[tokio::test]
 async fn shutdown_drains_in_flight_streams_and_stops_accepting() {
     let server = start(&config_toml(&[("a", "openai", "steady")], QUICK)).await;
     let addr = server.addr;
-    let resp = client().post(server.url("/v1/chat/completions")).json(&chat_body(true)).send().await.expect("sent");
+    let resp = client()
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat_body(true))
+        .send()
+        .await
+        .expect("sent");
     assert_eq!(resp.status(), 200);
     let mut body = resp.bytes_stream();
     let mut raw = String::new();
@@ -84,7 +112,9 @@ async fn shutdown_drains_in_flight_streams_and_stops_accepting() {
     let refused = tokio::net::TcpStream::connect(addr).await;
     assert!(refused.is_err(), "no new connections once draining");
     while let Some(chunk) = body.next().await {
-        raw.push_str(&String::from_utf8_lossy(&chunk.expect("the in-flight stream is not cut")));
+        raw.push_str(&String::from_utf8_lossy(
+            &chunk.expect("the in-flight stream is not cut"),
+        ));
     }
     assert!(raw.contains("[DONE]"), "the in-flight stream finished: {raw}");
     shutdown.await.expect("shutdown completes");
@@ -110,8 +140,15 @@ fn check_config_lists_every_problem_and_fails() {
         assert!(err.contains(path), "{path} is reported: {err}");
     }
     let ok = std::process::Command::new(env!("CARGO_BIN_EXE_tailcut"))
-        .args(["check-config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml")])
+        .args([
+            "check-config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"),
+        ])
         .output()
         .expect("run tailcut");
-    assert!(ok.status.success(), "the default config checks clean: {}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "the default config checks clean: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
 }

@@ -50,7 +50,11 @@ fn ms_between(a: Instant, b: Instant) -> f64 {
 
 #[tokio::test(start_paused = true)]
 async fn hedge_fires_after_p95_ttft() {
-    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "slow"), ("b", "openai", "fast")],
+        SCENARIOS,
+    ))
+    .await;
     preload(&server, "a", Duration::from_millis(300));
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
@@ -59,7 +63,10 @@ async fn hedge_fires_after_p95_ttft() {
     let primary = by_scenario(&log, "slow")[0];
     let hedge = by_scenario(&log, "fast")[0];
     let fired = ms_between(primary.accepted_at, hedge.accepted_at);
-    assert!((299.0..=301.0).contains(&fired), "hedge sent {fired} ms after the primary, p95 is 300 ms");
+    assert!(
+        (299.0..=301.0).contains(&fired),
+        "hedge sent {fired} ms after the primary, p95 is 300 ms"
+    );
     let env = reply.envelope();
     assert_eq!(env["hedged"], true, "{env}");
     assert_eq!(env["hedge"]["fired_after_ms"], 300, "{env}");
@@ -69,18 +76,29 @@ async fn hedge_fires_after_p95_ttft() {
 
 #[tokio::test(start_paused = true)]
 async fn hedge_not_fired_when_primary_is_fast() {
-    let server = start(&config_toml(&[("a", "openai", "quick-primary"), ("b", "openai", "fast")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "quick-primary"), ("b", "openai", "fast")],
+        SCENARIOS,
+    ))
+    .await;
     preload(&server, "a", Duration::from_millis(300));
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.text(), "quick primary answer");
     let log = server.sim.as_ref().expect("sim").log();
-    assert!(by_scenario(&log, "fast").is_empty(), "no hedge for a primary faster than its p95: {log:?}");
+    assert!(
+        by_scenario(&log, "fast").is_empty(),
+        "no hedge for a primary faster than its p95: {log:?}"
+    );
     assert_eq!(reply.envelope()["hedged"], false);
 }
 
 #[tokio::test(start_paused = true)]
 async fn loser_connection_is_closed() {
-    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "slow"), ("b", "openai", "fast")],
+        SCENARIOS,
+    ))
+    .await;
     preload(&server, "a", Duration::from_millis(300));
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.status, 200);
@@ -90,7 +108,11 @@ async fn loser_connection_is_closed() {
     .await;
     let loser = by_scenario(&log, "slow")[0];
     let winner = by_scenario(&log, "fast")[0];
-    assert_eq!(loser.end, Some(SimEnd::ClientClosed), "the loser's connection was closed by tailcut");
+    assert_eq!(
+        loser.end,
+        Some(SimEnd::ClientClosed),
+        "the loser's connection was closed by tailcut"
+    );
     assert_eq!(loser.first_token_at, None, "the loser never produced a token");
     let first = winner.first_token_at.expect("winner's first token");
     let closed = loser.ended_at.expect("loser end time");
@@ -100,20 +122,35 @@ async fn loser_connection_is_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn no_loser_event_reaches_the_sse_client() {
-    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "anthropic", "fast")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "slow"), ("b", "anthropic", "fast")],
+        SCENARIOS,
+    ))
+    .await;
     preload(&server, "a", Duration::from_millis(300));
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     let chunks = reply.chunks();
-    let roles = chunks.iter().filter(|c| c["choices"][0]["delta"].get("role").is_some()).count();
+    let roles = chunks
+        .iter()
+        .filter(|c| c["choices"][0]["delta"].get("role").is_some())
+        .count();
     assert_eq!(roles, 1, "one role chunk, the winner's: {}", reply.raw);
-    assert!(chunks.iter().all(|c| c["model"] == "model-b"), "every chunk is the winner's: {}", reply.raw);
+    assert!(
+        chunks.iter().all(|c| c["model"] == "model-b"),
+        "every chunk is the winner's: {}",
+        reply.raw
+    );
     assert_eq!(reply.text(), "fast hedge answer");
 }
 
 #[tokio::test(start_paused = true)]
 async fn no_loser_event_reaches_the_ws_client() {
     use futures::SinkExt;
-    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "anthropic", "fast")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "slow"), ("b", "anthropic", "fast")],
+        SCENARIOS,
+    ))
+    .await;
     preload(&server, "a", Duration::from_millis(300));
     let mut ws = ws_connect(&server, None).await.expect("websocket");
     ws.send(ws_chat("h1")).await.expect("sent");
@@ -127,10 +164,18 @@ async fn no_loser_event_reaches_the_ws_client() {
         }
     }
     let kinds: Vec<&str> = messages.iter().filter_map(|m| m["type"].as_str()).collect();
-    assert_eq!(kinds.iter().filter(|k| **k == "start").count(), 1, "one start: {messages:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "start").count(),
+        1,
+        "one start: {messages:?}"
+    );
     assert_eq!(messages[0]["type"], "start", "start first: {messages:?}");
     assert_eq!(messages[0]["route"], "b", "the winner's start: {messages:?}");
-    let text: String = messages.iter().filter(|m| m["type"] == "delta").filter_map(|m| m["text"].as_str()).collect();
+    let text: String = messages
+        .iter()
+        .filter(|m| m["type"] == "delta")
+        .filter_map(|m| m["text"].as_str())
+        .collect();
     assert_eq!(text, "fast hedge answer", "only the winner's text: {messages:?}");
     let done = messages.last().expect("done");
     assert_eq!(done["envelope"]["hedged"], true, "{done}");
@@ -139,12 +184,19 @@ async fn no_loser_event_reaches_the_ws_client() {
 
 #[tokio::test(start_paused = true)]
 async fn side_effecting_requests_never_hedge() {
-    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "slow"), ("b", "openai", "fast")],
+        SCENARIOS,
+    ))
+    .await;
     preload(&server, "a", Duration::from_millis(300));
     let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
     assert_eq!(reply.text(), "slow primary answer", "the primary served, however slow");
     let log = server.sim.as_ref().expect("sim").log();
-    assert!(by_scenario(&log, "fast").is_empty(), "x-tailcut-hedge: off is never hedged");
+    assert!(
+        by_scenario(&log, "fast").is_empty(),
+        "x-tailcut-hedge: off is never hedged"
+    );
 
     let toml = config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], SCENARIOS)
         .replace("name = \"a\"\n", "name = \"a\"\nside_effecting = true\n");
@@ -153,28 +205,44 @@ async fn side_effecting_requests_never_hedge() {
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.text(), "slow primary answer");
     let log = server.sim.as_ref().expect("sim").log();
-    assert!(by_scenario(&log, "fast").is_empty(), "a side-effecting route is never hedged");
+    assert!(
+        by_scenario(&log, "fast").is_empty(),
+        "a side-effecting route is never hedged"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn primary_failure_before_first_token_fails_over_at_once_while_the_hedge_runs() {
-    let routes = [("a", "openai", "dies-early"), ("b", "openai", "medium"), ("c", "openai", "fast")];
+    let routes = [
+        ("a", "openai", "dies-early"),
+        ("b", "openai", "medium"),
+        ("c", "openai", "fast"),
+    ];
     let server = start(&config_toml(&routes, SCENARIOS)).await;
     preload(&server, "a", Duration::from_millis(300));
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.text(), "fast hedge answer", "the failover route served");
-    let log = wait_for_log(&server, "hedge closed", |l| l.iter().any(|r| r.scenario == "medium" && r.end.is_some())).await;
+    let log = wait_for_log(&server, "hedge closed", |l| {
+        l.iter().any(|r| r.scenario == "medium" && r.end.is_some())
+    })
+    .await;
     let primary = by_scenario(&log, "dies-early")[0];
     let hedge = by_scenario(&log, "medium")[0];
     let failover = by_scenario(&log, "fast")[0];
     let hedge_at = ms_between(primary.accepted_at, hedge.accepted_at);
     assert!((299.0..=301.0).contains(&hedge_at), "hedge at p95: {hedge_at}");
     let failover_at = ms_between(primary.accepted_at, failover.accepted_at);
-    assert!((499.0..=502.0).contains(&failover_at), "failover right when the primary died (500 ms): {failover_at}");
+    assert!(
+        (499.0..=502.0).contains(&failover_at),
+        "failover right when the primary died (500 ms): {failover_at}"
+    );
     let hedge_end = ms_between(primary.accepted_at, hedge.ended_at.expect("hedge ended"));
     let failover_first = ms_between(primary.accepted_at, failover.first_token_at.expect("first token"));
-    assert!(hedge_end >= failover_first, "the hedge kept running until the failover's first token");
+    assert!(
+        hedge_end >= failover_first,
+        "the hedge kept running until the failover's first token"
+    );
     assert_eq!(hedge.end, Some(SimEnd::ClientClosed));
     let env = reply.envelope();
     assert_eq!(env["fell_back_from"][0]["route"], "a", "{env}");
@@ -188,7 +256,11 @@ async fn budget_caps_hedges() {
     let extra = format!(
         "{SCENARIOS}\n[hedge]\nceiling_ms = 300\nbudget_ratio = 0.1\nbudget_floor_per_sec = 0.0\nbudget_window_secs = 3600\n"
     );
-    let server = start(&config_toml(&[("a", "openai", "slow"), ("b", "openai", "medium")], &extra)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "slow"), ("b", "openai", "medium")],
+        &extra,
+    ))
+    .await;
     preload(&server, "a", Duration::from_millis(300));
     let base = server.url("");
     let total = 1000;
@@ -206,9 +278,16 @@ async fn budget_caps_hedges() {
     // Ranking may move the primary to the faster route; every upstream request beyond one
     // per client request is a hedge (nothing fails here).
     let hedges = log.len() - total;
-    let fired = server.state.gateway.health().snapshot(Instant::now(), &server.state.config.hedge);
+    let fired = server
+        .state
+        .gateway
+        .health()
+        .snapshot(Instant::now(), &server.state.config.hedge);
     let fired: u64 = fired.iter().map(|r| r.hedges_fired).sum();
-    assert_eq!(hedges as u64, fired, "extra upstream requests are exactly the hedges fired");
+    assert_eq!(
+        hedges as u64, fired,
+        "extra upstream requests are exactly the hedges fired"
+    );
     assert!(hedges <= total / 10 + 1, "hedges capped at 10% of requests: {hedges}");
     assert!(hedges >= total / 10 - 5, "the budget was used, not starved: {hedges}");
 }

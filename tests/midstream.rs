@@ -61,11 +61,19 @@ fn count(events: &[(String, Value)], name: &str) -> usize {
 
 #[tokio::test]
 async fn restart_on_native_sse_sends_one_reset_then_one_whole_answer() {
-    let server = start(&with_policy(&[("a", "openai", "dropper"), ("b", "openai", "other")], "[\"restart\"]")).await;
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper"), ("b", "openai", "other")],
+        "[\"restart\"]",
+    ))
+    .await;
     let (status, events) = post_native(&server.url(""), &chat_body(true), &headers()).await;
     assert_eq!(status, 200);
     assert_eq!(count(&events, "reset"), 1, "one reset: {events:?}");
-    assert_eq!(native_text(&events), "A completely different answer from another route.", "{events:?}");
+    assert_eq!(
+        native_text(&events),
+        "A completely different answer from another route.",
+        "{events:?}"
+    );
     let done = &events.last().expect("events").1;
     assert_eq!(events.last().map(|e| e.0.as_str()), Some("done"), "{events:?}");
     assert_eq!(done["envelope"]["policy"], "restart");
@@ -76,7 +84,11 @@ async fn restart_on_native_sse_sends_one_reset_then_one_whole_answer() {
 
 #[tokio::test]
 async fn restart_for_an_openai_client_is_invisible_when_the_new_answer_matches() {
-    let server = start(&with_policy(&[("a", "openai", "dropper"), ("b", "anthropic", "same")], "[\"restart\"]")).await;
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper"), ("b", "anthropic", "same")],
+        "[\"restart\"]",
+    ))
+    .await;
     let reply = post_sse(&server.url(""), &chat_body(true), &headers()).await;
     assert_eq!(reply.text(), ANSWER, "exactly one copy of the answer: {}", reply.raw);
     assert!(reply.done(), "{}", reply.raw);
@@ -87,18 +99,34 @@ async fn restart_for_an_openai_client_is_invisible_when_the_new_answer_matches()
 
 #[tokio::test]
 async fn restart_for_an_openai_client_that_diverges_ends_with_an_honest_error() {
-    let server = start(&with_policy(&[("a", "openai", "dropper"), ("b", "openai", "other")], "[\"restart\"]")).await;
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper"), ("b", "openai", "other")],
+        "[\"restart\"]",
+    ))
+    .await;
     let reply = post_sse(&server.url(""), &chat_body(true), &headers()).await;
     assert!(!reply.done(), "never [DONE] on a spliced answer: {}", reply.raw);
     let text = reply.text();
-    assert!(ANSWER.starts_with(&text) && !text.is_empty(), "only the first route's prefix was sent: {text:?}");
+    assert!(
+        ANSWER.starts_with(&text) && !text.is_empty(),
+        "only the first route's prefix was sent: {text:?}"
+    );
     let last = reply.chunks().last().cloned().expect("chunks");
-    assert!(last["error"]["message"].as_str().is_some_and(|m| m.contains("diverged")), "{last}");
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("diverged")),
+        "{last}"
+    );
 }
 
 #[tokio::test]
 async fn continue_joins_the_partial_and_the_continuation_without_repeating() {
-    let server = start(&with_policy(&[("a", "openai", "dropper"), ("b", "openai", "same")], "[\"continue\", \"restart\"]")).await;
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper"), ("b", "openai", "same")],
+        "[\"continue\", \"restart\"]",
+    ))
+    .await;
     let reply = post_sse(&server.url(""), &chat_body(true), &headers()).await;
     assert!(reply.done(), "{}", reply.raw);
     assert_eq!(reply.text(), ANSWER, "partial + continuation, nothing twice");
@@ -107,12 +135,19 @@ async fn continue_joins_the_partial_and_the_continuation_without_repeating() {
     assert_eq!(env["route_switches"], 1, "{env}");
     let log = server.sim.as_ref().expect("sim").log();
     let cont: Vec<&SimRecord> = log.iter().filter(|r| r.scenario == "same").collect();
-    assert!(cont[0].prefill_chars > 0, "the continuation request carried the partial answer");
+    assert!(
+        cont[0].prefill_chars > 0,
+        "the continuation request carried the partial answer"
+    );
 }
 
 #[tokio::test]
 async fn continue_on_native_sse_announces_the_route_switch() {
-    let server = start(&with_policy(&[("a", "openai", "dropper"), ("b", "anthropic", "same")], "[\"continue\", \"restart\"]")).await;
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper"), ("b", "anthropic", "same")],
+        "[\"continue\", \"restart\"]",
+    ))
+    .await;
     let (_, events) = post_native(&server.url(""), &chat_body(true), &headers()).await;
     assert_eq!(count(&events, "route_switch"), 1, "{events:?}");
     assert_eq!(count(&events, "reset"), 0, "{events:?}");
@@ -121,11 +156,23 @@ async fn continue_on_native_sse_announces_the_route_switch() {
 
 #[tokio::test]
 async fn truncate_keeps_the_partial_and_ends_honestly() {
-    let server = start(&with_policy(&[("a", "openai", "dropper"), ("b", "openai", "same")], "\"truncate\"")).await;
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper"), ("b", "openai", "same")],
+        "\"truncate\"",
+    ))
+    .await;
     let reply = post_sse(&server.url(""), &chat_body(true), &headers()).await;
-    assert!(!reply.done(), "a truncated answer never ends with [DONE]: {}", reply.raw);
+    assert!(
+        !reply.done(),
+        "a truncated answer never ends with [DONE]: {}",
+        reply.raw
+    );
     assert!(ANSWER.starts_with(&reply.text()) && !reply.text().is_empty());
-    assert!(reply.chunks().last().is_some_and(|c| c.get("error").is_some()), "{}", reply.raw);
+    assert!(
+        reply.chunks().last().is_some_and(|c| c.get("error").is_some()),
+        "{}",
+        reply.raw
+    );
 
     let (_, events) = post_native(&server.url(""), &chat_body(true), &headers()).await;
     let (name, done) = events.last().cloned().expect("events");
@@ -142,30 +189,51 @@ async fn stall_applies_the_policy_after_the_stall_limit_not_before() {
         .replace("name = \"a\"\n", "name = \"a\"\nstall_timeout_ms = 2000\n");
     let server = start(&toml).await;
     let (_, events) = post_native(&server.url(""), &chat_body(true), &headers()).await;
-    assert_eq!(native_text(&events), "A completely different answer from another route.");
+    assert_eq!(
+        native_text(&events),
+        "A completely different answer from another route."
+    );
     let log = server.sim.as_ref().expect("sim").log();
     let stalled = log.iter().find(|r| r.scenario == "staller").expect("primary");
     let next = log.iter().find(|r| r.scenario == "other").expect("restart");
     let first = stalled.first_token_at.expect("first token");
     // 3 tokens 10 ms apart: the last token left ~20 ms after the first; then 2 s of silence.
     let waited = next.accepted_at.saturating_duration_since(first);
-    assert!(waited >= Duration::from_millis(2020), "not before the stall limit: {waited:?}");
-    assert!(waited <= Duration::from_millis(2030), "right at the stall limit: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(2020),
+        "not before the stall limit: {waited:?}"
+    );
+    assert!(
+        waited <= Duration::from_millis(2030),
+        "right at the stall limit: {waited:?}"
+    );
     let done = &events.last().expect("events").1;
     assert_eq!(done["envelope"]["fell_back_from"][0]["class"], "timeout", "{done}");
 }
 
 #[tokio::test]
 async fn a_tool_call_that_dies_half_way_is_never_sent_and_restarts_seamlessly() {
-    let server = start(&config_toml(&[("a", "openai", "tool-dropper"), ("b", "openai", "tool-ok")], &scenarios())).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "tool-dropper"), ("b", "openai", "tool-ok")],
+        &scenarios(),
+    ))
+    .await;
     let body = json!({
         "model": "chat", "stream": true,
         "messages": [{"role": "user", "content": "search"}],
         "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
     });
     let (_, events) = post_native(&server.url(""), &body, &headers()).await;
-    assert_eq!(count(&events, "reset"), 0, "nothing visible was sent, so no reset: {events:?}");
-    let calls: Vec<&Value> = events.iter().filter(|(n, _)| n == "tool_call").map(|(_, d)| d).collect();
+    assert_eq!(
+        count(&events, "reset"),
+        0,
+        "nothing visible was sent, so no reset: {events:?}"
+    );
+    let calls: Vec<&Value> = events
+        .iter()
+        .filter(|(n, _)| n == "tool_call")
+        .map(|(_, d)| d)
+        .collect();
     assert_eq!(calls.len(), 1, "{events:?}");
     let args: Value = serde_json::from_str(calls[0]["call"]["arguments"].as_str().expect("args")).expect("JSON");
     assert_eq!(args, json!({"query": "tailcut streaming", "limit": 5}));

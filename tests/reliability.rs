@@ -27,7 +27,15 @@ async fn correlated_outage_spends_at_most_the_retry_budget() {
         "{OK}\n[limits]\nretry_budget_ratio = 0.2\nretry_budget_floor_per_sec = 0.0\nretry_budget_window_secs = 3600\nblast_radius = 100.0\n\
          [breaker]\nconsecutive_failures = 0\nmin_volume = 1000000\n"
     );
-    let server = start(&config_toml(&[("a", "openai", "down"), ("b", "openai", "down"), ("c", "openai", "down")], &extra)).await;
+    let server = start(&config_toml(
+        &[
+            ("a", "openai", "down"),
+            ("b", "openai", "down"),
+            ("c", "openai", "down"),
+        ],
+        &extra,
+    ))
+    .await;
     let requests = 200;
     for _ in 0..requests {
         let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
@@ -35,8 +43,14 @@ async fn correlated_outage_spends_at_most_the_retry_budget() {
     }
     let attempts = server.sim.as_ref().expect("sim").log().len();
     let extra_attempts = attempts - requests;
-    assert!(extra_attempts <= requests / 5 + 1, "retries capped at 20% of requests: {extra_attempts} extra");
-    assert!(extra_attempts >= requests / 5 - 2, "the budget was spent, not starved: {extra_attempts} extra");
+    assert!(
+        extra_attempts <= requests / 5 + 1,
+        "retries capped at 20% of requests: {extra_attempts} extra"
+    );
+    assert!(
+        extra_attempts >= requests / 5 - 2,
+        "the budget was spent, not starved: {extra_attempts} extra"
+    );
 }
 
 #[tokio::test]
@@ -44,15 +58,22 @@ async fn lease_is_kept_across_a_session_and_revoked_when_the_breaker_opens() {
     let token_env = "TAILCUT_TEST_ADMIN_TOKEN_LEASES";
     std::env::set_var(token_env, "drill-secret");
     let extra = format!("{OK}\n[leases]\nenabled = true\n");
-    let toml = config_toml(&[("a", "openai", "ok"), ("b", "openai", "ok")], &extra)
-        .replacen("[server]\n", &format!("[server]\nadmin_token_env = \"{token_env}\"\n"), 1);
+    let toml = config_toml(&[("a", "openai", "ok"), ("b", "openai", "ok")], &extra).replacen(
+        "[server]\n",
+        &format!("[server]\nadmin_token_env = \"{token_env}\"\n"),
+        1,
+    );
     let server = start(&toml).await;
     let session = [("x-tailcut-session", "user-42"), ("x-tailcut-hedge", "off")];
     let first = post_sse(&server.url(""), &chat_body(true), &session).await.envelope();
     let leased = first["route"].as_str().expect("route").to_string();
     assert_eq!(first["lease"]["state"], "new", "{first}");
     let second = post_sse(&server.url(""), &chat_body(true), &session).await.envelope();
-    assert_eq!(second["route"], leased.as_str(), "the session keeps its route: {second}");
+    assert_eq!(
+        second["route"],
+        leased.as_str(),
+        "the session keeps its route: {second}"
+    );
     assert_eq!(second["lease"]["state"], "kept", "{second}");
 
     let drill = client()
@@ -63,7 +84,11 @@ async fn lease_is_kept_across_a_session_and_revoked_when_the_breaker_opens() {
         .expect("drill sent");
     assert_eq!(drill.status(), 200, "the drill opened the breaker");
     let third = post_sse(&server.url(""), &chat_body(true), &session).await.envelope();
-    assert_ne!(third["route"], leased.as_str(), "an open breaker moves the session: {third}");
+    assert_ne!(
+        third["route"],
+        leased.as_str(),
+        "an open breaker moves the session: {third}"
+    );
     assert_eq!(third["lease"]["state"], "revoked", "{third}");
     assert_eq!(third["lease"]["reason"], "breaker_open", "{third}");
 }
@@ -71,7 +96,11 @@ async fn lease_is_kept_across_a_session_and_revoked_when_the_breaker_opens() {
 #[tokio::test]
 async fn drill_needs_the_admin_token() {
     let server = start(&config_toml(&[("a", "openai", "ok")], OK)).await;
-    let resp = client().post(server.url("/admin/routes/a/drill")).send().await.expect("sent");
+    let resp = client()
+        .post(server.url("/admin/routes/a/drill"))
+        .send()
+        .await
+        .expect("sent");
     assert_eq!(resp.status(), 403, "admin writes are off without a configured token");
 }
 
@@ -83,14 +112,23 @@ async fn cached_answer_is_served_at_l3_when_no_route_can_generate() {
     assert_eq!(fresh.text(), "served");
     assert_eq!(fresh.envelope()["level"], "L0");
     let sim = server.sim.as_ref().expect("sim");
-    let broken = Scenario { failure: Failure { status: Some(503), ..Failure::default() }, ..Scenario::default() };
+    let broken = Scenario {
+        failure: Failure {
+            status: Some(503),
+            ..Failure::default()
+        },
+        ..Scenario::default()
+    };
     sim.register("ok", broken);
     let cached = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(cached.status, 200, "{}", cached.raw);
     assert_eq!(cached.text(), "served", "the cached complete answer");
     let env = cached.envelope();
     assert_eq!(env["level"], "L3", "{env}");
-    assert_eq!(env["fell_back_from"][0]["status"], 503, "the failure that led here is still told: {env}");
+    assert_eq!(
+        env["fell_back_from"][0]["status"], 503,
+        "the failure that led here is still told: {env}"
+    );
     assert_eq!(cached.headers["x-tailcut-level"], "L3");
 }
 
@@ -99,7 +137,12 @@ async fn saturated_route_sheds_batch_before_interactive() {
     let toml = config_toml(&[("a", "openai", "long")], OK).replace("name = \"a\"\n", "name = \"a\"\nconcurrency = 2\n");
     let server = start(&toml).await;
     // One long interactive stream holds one of the route's two slots.
-    let held = client().post(server.url("/v1/chat/completions")).json(&chat_body(true)).send().await.expect("sent");
+    let held = client()
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat_body(true))
+        .send()
+        .await
+        .expect("sent");
     assert_eq!(held.status(), 200);
     let mut held = held.bytes_stream();
     held.next().await.expect("bytes").expect("ok");
@@ -110,7 +153,11 @@ async fn saturated_route_sheds_batch_before_interactive() {
         .send()
         .await
         .expect("sent");
-    assert_eq!(batch.status(), 503, "batch may use only part of the limit, and it is used");
+    assert_eq!(
+        batch.status(),
+        503,
+        "batch may use only part of the limit, and it is used"
+    );
     assert!(batch.headers().contains_key("retry-after"), "shed with a Retry-After");
     let interactive = client()
         .post(server.url("/v1/chat/completions"))
@@ -119,6 +166,10 @@ async fn saturated_route_sheds_batch_before_interactive() {
         .send()
         .await
         .expect("sent");
-    assert_eq!(interactive.status(), 200, "interactive traffic still gets the last slot");
+    assert_eq!(
+        interactive.status(),
+        200,
+        "interactive traffic still gets the last slot"
+    );
     drop(held);
 }

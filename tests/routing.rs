@@ -44,25 +44,45 @@ fn sim_log(server: &tailcut::server::Running) -> Vec<SimRecord> {
 
 #[tokio::test]
 async fn bad_request_is_returned_and_never_fails_over() {
-    let server = start(&config_toml(&[("a", "openai", "bad-request"), ("b", "openai", "ok")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "bad-request"), ("b", "openai", "ok")],
+        SCENARIOS,
+    ))
+    .await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.status, 400, "{}", reply.raw);
-    assert!(reply.raw.contains("invalid role"), "the upstream's message reaches the client: {}", reply.raw);
+    assert!(
+        reply.raw.contains("invalid role"),
+        "the upstream's message reaches the client: {}",
+        reply.raw
+    );
     assert_eq!(count(&sim_log(&server), "ok"), 0, "a 400 is never shopped around");
 }
 
 #[tokio::test]
 async fn upstream_401_is_a_gateway_configuration_error_without_failover() {
-    let server = start(&config_toml(&[("a", "openai", "unauthorized"), ("b", "openai", "ok")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "unauthorized"), ("b", "openai", "ok")],
+        SCENARIOS,
+    ))
+    .await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
-    assert_eq!(reply.status, 502, "the client's credentials are fine; ours are not: {}", reply.raw);
+    assert_eq!(
+        reply.status, 502,
+        "the client's credentials are fine; ours are not: {}",
+        reply.raw
+    );
     assert!(reply.raw.contains("configuration"), "{}", reply.raw);
     assert_eq!(count(&sim_log(&server), "ok"), 0, "a 401 is never shopped around");
 }
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_cools_the_route_for_that_long() {
-    let server = start(&config_toml(&[("a", "openai", "limited-2s"), ("b", "openai", "ok")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "limited-2s"), ("b", "openai", "ok")],
+        SCENARIOS,
+    ))
+    .await;
     let t0 = Instant::now();
     let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
     assert_eq!(reply.text(), "served", "another route serves");
@@ -71,23 +91,46 @@ async fn retry_after_cools_the_route_for_that_long() {
     tokio::time::sleep_until(t0 + Duration::from_millis(1900)).await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
     assert_eq!(reply.text(), "served");
-    assert_eq!(count(&sim_log(&server), "limited-2s"), 1, "not called again within its Retry-After");
+    assert_eq!(
+        count(&sim_log(&server), "limited-2s"),
+        1,
+        "not called again within its Retry-After"
+    );
     // After it: tried again.
     tokio::time::sleep_until(t0 + Duration::from_millis(2100)).await;
     let _ = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
-    assert_eq!(count(&sim_log(&server), "limited-2s"), 2, "called again once the Retry-After passed");
+    assert_eq!(
+        count(&sim_log(&server), "limited-2s"),
+        2,
+        "called again once the Retry-After passed"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn one_deadline_bounds_every_attempt() {
-    let routes = [("a", "openai", "slow-fail"), ("b", "openai", "slow-fail"), ("c", "openai", "slow-fail")];
+    let routes = [
+        ("a", "openai", "slow-fail"),
+        ("b", "openai", "slow-fail"),
+        ("c", "openai", "slow-fail"),
+    ];
     let server = start(&config_toml(&routes, SCENARIOS)).await;
     let t0 = Instant::now();
-    let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-deadline-ms", "5000"), ("x-tailcut-hedge", "off")]).await;
+    let reply = post_sse(
+        &server.url(""),
+        &chat_body(true),
+        &[("x-tailcut-deadline-ms", "5000"), ("x-tailcut-hedge", "off")],
+    )
+    .await;
     let took = t0.elapsed();
     assert_eq!(reply.status, 504, "{}", reply.raw);
-    assert!(took <= Duration::from_millis(5050), "answered by the deadline, not after 3 x 4 s: {took:?}");
-    assert!(took >= Duration::from_millis(4990), "not before the deadline either: {took:?}");
+    assert!(
+        took <= Duration::from_millis(5050),
+        "answered by the deadline, not after 3 x 4 s: {took:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(4990),
+        "not before the deadline either: {took:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -116,7 +159,11 @@ async fn transient_failure_is_retried_on_the_same_route_before_a_lower_rung() {
 
 #[tokio::test]
 async fn equal_rung_failure_moves_on_at_once() {
-    let server = start(&config_toml(&[("a", "openai", "flaky-once"), ("b", "openai", "ok")], SCENARIOS)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "flaky-once"), ("b", "openai", "ok")],
+        SCENARIOS,
+    ))
+    .await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
     assert_eq!(reply.text(), "served", "the same-rung route serves without a retry");
     assert_eq!(count(&sim_log(&server), "flaky-once"), 1);
@@ -129,7 +176,11 @@ async fn residency_is_never_broken_even_when_every_eu_route_is_down() {
     let server = start(&toml).await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-region", "eu")]).await;
     assert_eq!(reply.status, 429, "an honest failure, not the US route: {}", reply.raw);
-    assert_eq!(count(&sim_log(&server), "ok"), 0, "the US route never saw the EU-only request");
+    assert_eq!(
+        count(&sim_log(&server), "ok"),
+        0,
+        "the US route never saw the EU-only request"
+    );
     let body: serde_json::Value = serde_json::from_str(&reply.raw).expect("JSON error");
     assert_eq!(body["tailcut"]["level"], "L4", "the envelope says L4: {body}");
 }
@@ -137,7 +188,11 @@ async fn residency_is_never_broken_even_when_every_eu_route_is_down() {
 #[tokio::test]
 async fn every_response_carries_level_route_and_failures() {
     let extra = format!("{SCENARIOS}\n[sim.scenarios.down]\nfailure = {{ status = 503 }}\n");
-    let server = start(&config_toml(&[("a", "openai", "down"), ("b", "anthropic", "ok")], &extra)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "down"), ("b", "anthropic", "ok")],
+        &extra,
+    ))
+    .await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.headers["x-tailcut-level"], "L0");
     assert_eq!(reply.headers["x-tailcut-route"], "b");

@@ -69,7 +69,13 @@ impl Percentiles {
             return None;
         }
         let at = |q: f64| sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1];
-        Some(Percentiles { p50: at(0.5), p95: at(0.95), p99: at(0.99), p999: at(0.999), max: at(1.0) })
+        Some(Percentiles {
+            p50: at(0.5),
+            p95: at(0.95),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: at(1.0),
+        })
     }
 }
 
@@ -130,7 +136,9 @@ routes = ["primary", "secondary"]
 
 async fn run(args: &HedgeArgs, hedging: bool) -> Result<RunFigures, String> {
     let config = config::load_str(&config_text(args, hedging)).map_err(|e| e.to_string())?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
     let running = server::start(config, listener).await.map_err(|e| e.to_string())?;
     let url = running.url("/v1/chat/completions");
     let client = reqwest::Client::builder()
@@ -142,7 +150,10 @@ async fn run(args: &HedgeArgs, hedging: bool) -> Result<RunFigures, String> {
     let gate = Arc::new(Semaphore::new(args.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
     let label = if hedging { "on" } else { "off" };
-    eprintln!("hedging {label}: {} requests, concurrency {}", args.requests, args.concurrency);
+    eprintln!(
+        "hedging {label}: {} requests, concurrency {}",
+        args.requests, args.concurrency
+    );
     for i in 0..args.requests {
         let permit = Arc::clone(&gate).acquire_owned().await.map_err(|e| e.to_string())?;
         let (client, url) = (client.clone(), url.clone());
@@ -187,7 +198,13 @@ async fn one_request(client: &reqwest::Client, url: &str, id: &str) -> Option<f6
         "messages": [{"role": "user", "content": "Tell me something."}],
     });
     let start = Instant::now();
-    let resp = client.post(url).header("x-request-id", id).json(&body).send().await.ok()?;
+    let resp = client
+        .post(url)
+        .header("x-request-id", id)
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
     if !resp.status().is_success() {
         return None;
     }
@@ -218,7 +235,9 @@ fn loser_cancel_latencies(log: &[SimRecord]) -> (usize, Vec<f64>) {
     let mut out = Vec::new();
     for attempts in by_request.values().filter(|a| a.len() > 1) {
         hedges += 1;
-        let Some(first) = attempts.iter().filter_map(|r| r.first_token_at).min() else { continue };
+        let Some(first) = attempts.iter().filter_map(|r| r.first_token_at).min() else {
+            continue;
+        };
         for loser in attempts.iter().filter(|r| r.first_token_at.is_none()) {
             if let Some(closed) = loser.ended_at {
                 out.push(closed.saturating_duration_since(first).as_secs_f64() * 1000.0);
@@ -237,13 +256,22 @@ fn print_table(args: &HedgeArgs, off: &RunFigures, on: &RunFigures) {
         args.percentile * 100.0,
         args.budget_ratio * 100.0
     );
-    println!("{:<12}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}{:>8}", "hedging", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "extra req %", "errors");
+    println!(
+        "{:<12}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}{:>8}",
+        "hedging", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "extra req %", "errors"
+    );
     for f in [off, on] {
         let t = &f.ttft_ms;
         println!(
             "{:<12}{:>10.0}{:>10.0}{:>10.0}{:>10.0}{:>10.0}{:>12.2}{:>8}",
             if f.hedging { "on" } else { "off" },
-            t.p50, t.p95, t.p99, t.p999, t.max, f.extra_upstream_pct, f.errors
+            t.p50,
+            t.p95,
+            t.p99,
+            t.p999,
+            t.max,
+            f.extra_upstream_pct,
+            f.errors
         );
     }
     println!(
@@ -253,7 +281,10 @@ fn print_table(args: &HedgeArgs, off: &RunFigures, on: &RunFigures) {
         on.hedges
     );
     match &on.loser_cancel_ms {
-        Some(c) => println!("loser cancel (winner first token -> loser closed, upstream clock): p50 {:.3} ms, p99 {:.3} ms", c.p50, c.p99),
+        Some(c) => println!(
+            "loser cancel (winner first token -> loser closed, upstream clock): p50 {:.3} ms, p99 {:.3} ms",
+            c.p50, c.p99
+        ),
         None => println!("loser cancel: no hedge had a loser"),
     }
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use super::raw::{RawBreaker, RawCache, RawHedge, RawLeases, RawLimits, RawModel, RawRanking, RawRoute, RawServer, RawSim};
+use super::raw::{
+    RawBreaker, RawCache, RawHedge, RawLeases, RawLimits, RawModel, RawRanking, RawRoute, RawServer, RawSim,
+};
 use super::{Capabilities, Config, ModelConfig, ProviderKind, RouteConfig, SimConfig, Wire};
 use crate::sim::{self, Scenario};
 use crate::types::Level;

@@ -68,10 +68,16 @@ impl Unavailable {
     pub fn reason(&self, now: Instant) -> String {
         match self {
             Unavailable::BreakerOpen { until } => {
-                format!("breaker open for {} ms more", until.saturating_duration_since(now).as_millis())
+                format!(
+                    "breaker open for {} ms more",
+                    until.saturating_duration_since(now).as_millis()
+                )
             }
             Unavailable::Cooling { until } => {
-                format!("cooling after rate limit for {} ms more", until.saturating_duration_since(now).as_millis())
+                format!(
+                    "cooling after rate limit for {} ms more",
+                    until.saturating_duration_since(now).as_millis()
+                )
             }
             Unavailable::Saturated => "admission limit reached".to_string(),
         }
@@ -190,7 +196,9 @@ impl Health {
     /// The stall limit for a route: ten times its observed p99 inter-token gap, at least 2 s,
     /// never more than the configured limit.
     pub fn stall_limit(&self, name: &str, configured: Duration, now: Instant) -> Duration {
-        let observed = self.route(name).and_then(|r| r.state.lock().gaps.quantile(now, 0.99, 50));
+        let observed = self
+            .route(name)
+            .and_then(|r| r.state.lock().gaps.quantile(now, 0.99, 50));
         match observed {
             Some(p99) => (p99 * 10).clamp(Duration::from_secs(2), configured.max(Duration::from_secs(2))),
             None => configured,
@@ -347,7 +355,9 @@ const VIEW_MIN_SAMPLES: u64 = 5;
 impl Health {
     /// A read-only view of `name` for ranking (a fresh route's view for unknown names).
     pub fn view(&self, name: &str, now: Instant) -> RouteView {
-        let Some(r) = self.route(name) else { return RouteView::default() };
+        let Some(r) = self.route(name) else {
+            return RouteView::default();
+        };
         let mut s = r.state.lock();
         let volume = s.outcomes.volume(now);
         let cooling_until = s.cooling_until.filter(|u| *u > now);

@@ -33,11 +33,11 @@ pub use midstream::{Seam, SeamOut};
 
 use self::budget::{Budget, BudgetConfig};
 use self::cache::AnswerCache;
-use crate::router::LeaseTable;
 use crate::config::Config;
 use crate::gateway::RequestCtx;
 use crate::health::Health;
 use crate::provider::SharedProvider;
+use crate::router::LeaseTable;
 use crate::router::Plan;
 use crate::types::{ChatRequest, EventStream};
 

@@ -147,8 +147,10 @@ impl<'a> Eligibility<'a> {
         }
         // Structured output is never silently dropped: a route without native JSON output
         // (e.g. Anthropic's Messages API) is not eligible for json_object or json_schema.
-        if matches!(req.response_format, Some(ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject))
-            && !caps.json_schema
+        if matches!(
+            req.response_format,
+            Some(ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject)
+        ) && !caps.json_schema
         {
             lacking.push("json_schema");
         }

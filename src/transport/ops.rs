@@ -32,11 +32,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 
 async fn metrics(State(state): State<AppState>) -> Response {
     match &state.metrics {
-        Some(handle) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            handle.render(),
-        )
-            .into_response(),
+        Some(handle) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "metrics recorder not installed").into_response(),
     }
 }
@@ -58,19 +54,31 @@ async fn drill(State(state): State<AppState>, Path(name): Path<String>, headers:
         .and_then(|var| std::env::var(var).ok())
         .filter(|t| !t.is_empty())
     else {
-        return (StatusCode::FORBIDDEN, Json(json!({"error": "admin writes are off: set server.admin_token_env"}))).into_response();
+        return (
+            StatusCode::FORBIDDEN,
+            Json(json!({"error": "admin writes are off: set server.admin_token_env"})),
+        )
+            .into_response();
     };
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     if given != Some(expected.as_str()) {
-        return (StatusCode::UNAUTHORIZED, Json(json!({"error": "bad or missing admin token"}))).into_response();
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": "bad or missing admin token"})),
+        )
+            .into_response();
     }
     if state.gateway.health().force_open(&name, Instant::now()) {
         tracing::warn!(route = %name, "breaker opened by drill");
         Json(json!({"route": name, "breaker": "open", "reason": "drill"})).into_response()
     } else {
-        (StatusCode::NOT_FOUND, Json(json!({"error": format!("no route named {name:?}")}))).into_response()
+        (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": format!("no route named {name:?}")})),
+        )
+            .into_response()
     }
 }

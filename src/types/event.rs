@@ -20,9 +20,14 @@ pub enum StreamEvent {
     /// A complete tool call whose arguments parsed (and matched the schema, if any).
     ToolCall(ToolCall),
     /// The client must discard everything it has received so far.
-    Reset { reason: String },
+    Reset {
+        reason: String,
+    },
     /// A `continue` policy moved the answer to another route.
-    RouteSwitch { from: String, to: String },
+    RouteSwitch {
+        from: String,
+        to: String,
+    },
     Usage(Usage),
     Finish {
         reason: FinishReason,

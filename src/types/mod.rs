@@ -7,6 +7,5 @@ mod request;
 pub use envelope::{Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level};
 pub use event::{ErrorEvent, EventStream, FinishReason, StreamEvent, ToolCall, Usage};
 pub use request::{
-    ChatRequest, ContentPart, Message, ResponseFormat, ResponseType, Role, Sampling, ToolChoice,
-    ToolSpec,
+    ChatRequest, ContentPart, Message, ResponseFormat, ResponseType, Role, Sampling, ToolChoice, ToolSpec,
 };

@@ -103,7 +103,12 @@ impl Message {
                 ContentPart::ImageUrl { .. } => 0,
             })
             .sum();
-        parts + self.tool_calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>()
+        parts
+            + self
+                .tool_calls
+                .iter()
+                .map(|c| c.arguments.len() + c.name.len())
+                .sum::<usize>()
     }
 }
 

@@ -5,16 +5,18 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
 use serde_json::Value;
 use tailcut::config;
 use tailcut::server::{self, Running};
 use tailcut::sim::SimRecord;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
 
 /// Routes and models for a test, over the built-in simulated upstream.
 pub fn config_toml(routes: &[(&str, &str, &str)], extra: &str) -> String {
-    let mut s = String::from("[server]\nlisten = \"127.0.0.1:0\"\nsse_keepalive_ms = 600000\n[sim]\nlisten = \"127.0.0.1:0\"\n");
+    let mut s = String::from(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsse_keepalive_ms = 600000\n[sim]\nlisten = \"127.0.0.1:0\"\n",
+    );
     for (name, wire, scenario) in routes {
         s.push_str(&format!(
             "[[routes]]\nname = \"{name}\"\nprovider = \"simulated\"\nwire = \"{wire}\"\nscenario = \"{scenario}\"\nmodel = \"model-{name}\"\nregion = \"eu\"\n"
@@ -28,7 +30,9 @@ pub fn config_toml(routes: &[(&str, &str, &str)], extra: &str) -> String {
 
 pub async fn start(toml: &str) -> Running {
     let config = config::load_str(toml).unwrap_or_else(|e| panic!("test config must be valid: {e}"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
     server::start(config, listener).await.expect("server starts")
 }
 
@@ -75,7 +79,11 @@ impl SseReply {
     }
 
     pub fn envelope(&self) -> Value {
-        self.chunks().iter().rev().find_map(|c| c.get("tailcut").cloned()).unwrap_or(Value::Null)
+        self.chunks()
+            .iter()
+            .rev()
+            .find_map(|c| c.get("tailcut").cloned())
+            .unwrap_or(Value::Null)
     }
 }
 
@@ -97,9 +105,20 @@ pub async fn post_sse(base: &str, body: &Value, headers: &[(&str, &str)]) -> Sse
     }
     let data = raw
         .split("\n\n")
-        .flat_map(|event| event.lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_string).collect::<Vec<_>>())
+        .flat_map(|event| {
+            event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
         .collect();
-    SseReply { status, headers, data, raw }
+    SseReply {
+        status,
+        headers,
+        data,
+        raw,
+    }
 }
 
 /// Polls the simulated upstream's log until `pred` holds (bounded), returning the log.
@@ -112,7 +131,10 @@ pub async fn wait_for_log(running: &Running, what: &str, pred: impl Fn(&[SimReco
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("timed out waiting for the simulated upstream log: {what}; log: {:?}", sim.log());
+    panic!(
+        "timed out waiting for the simulated upstream log: {what}; log: {:?}",
+        sim.log()
+    );
 }
 
 /// The native SSE dialect (`POST /v1/stream`): each event's name and JSON data.
@@ -189,4 +211,3 @@ pub async fn ws_next(ws: &mut Ws) -> Value {
         }
     }
 }
-

@@ -1,0 +1,207 @@
+//! The race to the first content token: the primary, its hedge at the route's live p95
+//! TTFT, failover before commit, and the commit that drops every loser.
+
+use super::*;
+
+impl Run {
+    /// Races attempts to the first content token. With `hedging`, the primary is hedged at
+    /// its route's live p95 TTFT; a failure before the first token starts the next route at
+    /// once while any running attempt keeps running.
+    pub(super) async fn first_token(
+        &mut self,
+        hedging: bool,
+        prefill: Option<&str>,
+    ) -> Result<(Attempt, AttemptEvent), ErrorEvent> {
+        let max_concurrent = self.mux.config.hedge.max_concurrent_attempts;
+        let mut race = Race::default();
+        let role = if self.attempts == 0 {
+            Role::Primary
+        } else {
+            Role::Recovery
+        };
+        let Some(primary) = self.start_next(role, prefill) else {
+            return Err(self.exhausted());
+        };
+        let mut timer = HedgeTimer::disarmed();
+        if hedging {
+            match self.hedge {
+                Ok(()) if self.queue.is_empty() => self.hedge = Err(NoHedge::SingleRoute),
+                Ok(()) => {
+                    let (delay, live) =
+                        self.mux
+                            .health
+                            .hedge_delay(&primary.route, &self.mux.config.hedge, primary.started);
+                    timer = HedgeTimer::arm(primary.started, delay, live);
+                }
+                Err(_) => {}
+            }
+        }
+        race.push(primary);
+        // A transient failure retried once on the same route before a lower rung: (route, when).
+        let mut retry: Option<(Candidate, Instant)> = None;
+        loop {
+            if race.is_empty() && retry.is_none() {
+                let Some(next) = self.start_next(Role::Failover, prefill) else {
+                    return Err(self.exhausted());
+                };
+                race.push(next);
+            }
+            let retry_at = retry.as_ref().map(|r| r.1);
+            tokio::select! {
+                (i, ev) = race.next() => match ev {
+                    ev @ (AttemptEvent::Text(_) | AttemptEvent::ToolStarted | AttemptEvent::ToolCall(_) | AttemptEvent::Finished(_)) => {
+                        let winner = race.take(i);
+                        let losers = race.drain();
+                        self.commit(&winner, losers);
+                        return Ok((winner, ev));
+                    }
+                    AttemptEvent::Failed(err) => {
+                        let mut failed = race.take(i);
+                        self.record_failure(&mut failed, &err);
+                        if failed.role == Role::Primary {
+                            timer.disarm();
+                        }
+                        if !err.is_retryable() {
+                            return Err(self.error_event(&err));
+                        }
+                        if retry.is_none() {
+                            if let Some(at) = self.same_route_retry(&failed, &err) {
+                                if let Some(candidate) = self.planned.iter().find(|c| *c.route == *failed.route) {
+                                    retry = Some((candidate.clone(), at));
+                                    continue;
+                                }
+                            }
+                        }
+                        if race.len() < max_concurrent {
+                            if let Some(next) = self.start_next(Role::Failover, prefill) {
+                                race.push(next);
+                            }
+                        }
+                    }
+                    AttemptEvent::Usage(_) => {}
+                },
+                _ = sleep_until_some(retry_at) => {
+                    if let Some((candidate, _)) = retry.take() {
+                        self.queue.push_front(candidate);
+                        if let Some(next) = self.start_next(Role::Failover, prefill) {
+                            race.push(next);
+                        }
+                    }
+                }
+                _ = timer.due() => {
+                    timer.disarm();
+                    self.fire_hedge(&mut race, &timer, max_concurrent, prefill);
+                }
+                _ = tokio::time::sleep_until(self.deadline) => {
+                    let err = ProviderError::new(ErrorClass::Timeout, "request deadline exceeded before the first token");
+                    for mut a in race.drain() {
+                        self.record_failure(&mut a, &err);
+                    }
+                    return Err(self.error_event(&err));
+                }
+            }
+        }
+    }
+
+    pub(super) fn fire_hedge(
+        &mut self,
+        race: &mut Race,
+        timer: &HedgeTimer,
+        max_concurrent: usize,
+        prefill: Option<&str>,
+    ) {
+        let now = Instant::now();
+        let skip = |reason: &'static str| metrics::counter!(t::HEDGE_SKIPPED_TOTAL, "reason" => reason).increment(1);
+        if race.len() >= max_concurrent {
+            return skip("concurrency");
+        }
+        if self.queue.is_empty() {
+            return skip("no_route");
+        }
+        if !self.mux.budget_withdraw(now) {
+            return skip("budget");
+        }
+        let primary = race.routes().next().unwrap_or_default().to_string();
+        let Some(hedge) = self.start_next(Role::Hedge, prefill) else {
+            return skip("no_route");
+        };
+        metrics::counter!(t::HEDGES_TOTAL, "result" => "fired").increment(1);
+        if let Some(h) = self.mux.health.route(&hedge.route) {
+            h.counters
+                .hedges_fired
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.env.hedged = true;
+        self.env.hedge = Some(HedgeInfo {
+            fired_after_ms: timer.delay.as_millis() as u64,
+            primary,
+            hedge_route: hedge.route.to_string(),
+            winner: None,
+            loser_cancelled_ms: None,
+        });
+        tracing::debug!(request_id = %self.ctx.request_id, route = %hedge.route, delay_ms = timer.delay.as_millis() as u64, live = timer.live, "hedge fired");
+        race.push(hedge);
+    }
+
+    /// The first content token arrived on `winner`: drop every other attempt now.
+    pub(super) fn commit(&mut self, winner: &Attempt, losers: Vec<Attempt>) {
+        let now = Instant::now();
+        let ttft = now.saturating_duration_since(winner.started);
+        self.mux.health.record_ttft(&winner.route, now, ttft);
+        let had_losers = !losers.is_empty();
+        let hedge_cfg = &self.mux.config.hedge;
+        for loser in &losers {
+            // A loser's TTFT is censored: it was at least its age now. Without recording that,
+            // a primary that keeps losing hedges keeps only its fast samples, its p95 drifts
+            // down and hedges fire ever earlier. Only ages past the route's current hedge delay
+            // carry tail information; younger losers are left out rather than biasing it down.
+            let age = now.saturating_duration_since(loser.started);
+            let (delay, _) = self.mux.health.hedge_delay(&loser.route, hedge_cfg, now);
+            if age >= delay {
+                self.mux.health.record_ttft(&loser.route, now, age);
+            }
+            metrics::counter!(t::CANCELLED_TOTAL, "reason" => "hedge_lost").increment(1);
+            if let Some(h) = self.mux.health.route(&loser.route) {
+                h.counters.cancelled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        drop(losers);
+        let cancelled_ms = now.elapsed().as_secs_f64() * 1000.0;
+        if self.env.route.is_none() {
+            self.env.ttft_ms = Some(self.since_start(now));
+        }
+        if let Some(session) = self.ctx.session.as_deref().filter(|_| self.mux.config.leases.enabled) {
+            let recorded = self.mux.leases.lock().record(session, &winner.route, now);
+            self.env.lease = crate::router::envelope_lease(self.plan.lease.as_ref(), recorded);
+        }
+        self.env.route = Some(winner.route.to_string());
+        self.env.model = Some(winner.model.to_string());
+        self.env.level = self.route_config(&winner.route).map_or(Level::L0, |r| r.level);
+        self.env.attempts = self.attempts;
+        if let Some(hedge) = self.env.hedge.as_mut().filter(|h| h.winner.is_none()) {
+            let won = winner.role == Role::Hedge;
+            hedge.winner = Some(winner.route.to_string());
+            if had_losers {
+                hedge.loser_cancelled_ms = Some(cancelled_ms);
+            }
+            let result = if won { "won" } else { "lost" };
+            metrics::counter!(t::HEDGES_TOTAL, "result" => result).increment(1);
+            if let Some(h) = self.mux.health.route(&hedge.hedge_route) {
+                let c = if won {
+                    &h.counters.hedges_won
+                } else {
+                    &h.counters.hedges_lost
+                };
+                c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        metrics::histogram!(t::CLIENT_TTFT_SECONDS).record(now.saturating_duration_since(self.started).as_secs_f64());
+    }
+}
+
+pub(super) async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,168 @@
+//! How a request ends up: failed attempts in the envelope, the error a client gets, the L3
+//! answer cache, and the decision record.
+
+use super::*;
+
+impl Run {
+    pub(super) fn record_failure(&mut self, attempt: &mut Attempt, err: &ProviderError) {
+        attempt.resolve(Err(err));
+        metrics::counter!(t::UPSTREAM_ERRORS_TOTAL, "route" => attempt.route.to_string(), "class" => err.metric_label()).increment(1);
+        if err.class == ErrorClass::Auth {
+            metrics::counter!(t::AUTH_ERRORS_TOTAL, "route" => attempt.route.to_string()).increment(1);
+            tracing::error!(route = %attempt.route, status = ?err.status, "upstream rejected tailcut's credentials: check the route's api_key_env");
+        }
+        self.retry_hints.extend(err.retry_after);
+        let now = Instant::now();
+        self.env.fell_back_from.push(FailedAttempt {
+            route: attempt.route.to_string(),
+            class: err.class.as_str().to_string(),
+            status: err.status,
+            message: err.message.clone(),
+            after_ms: self.since_start(now),
+            after_tokens: attempt.tokens,
+        });
+    }
+
+    /// Every route was tried or passed over: the most telling error for the client.
+    pub(super) fn exhausted(&mut self) -> ErrorEvent {
+        let fails = &self.env.fell_back_from;
+        let waits: Vec<Duration> = self.skipped.iter().filter_map(|s| s.2).collect();
+        let (class, status, retry_after) = if fails.is_empty() {
+            (
+                ErrorClass::Overloaded,
+                503,
+                waits.iter().min().copied().or(Some(Duration::from_secs(1))),
+            )
+        } else if fails.iter().all(|f| f.class == "rate_limited") {
+            (ErrorClass::RateLimited, 429, None)
+        } else if fails.iter().any(|f| f.class == "timeout") {
+            (ErrorClass::Timeout, 504, None)
+        } else if fails.iter().all(|f| f.status == Some(503)) {
+            (ErrorClass::Unavailable, 503, None)
+        } else {
+            (ErrorClass::Unavailable, 502, None)
+        };
+        let mut parts: Vec<String> = fails
+            .iter()
+            .map(|f| match f.status {
+                Some(s) => format!("{} ({} {s}: {})", f.route, f.class, f.message),
+                None => format!("{} ({}: {})", f.route, f.class, f.message),
+            })
+            .collect();
+        parts.extend(self.skipped.iter().map(|(r, why, _)| format!("{r} (skipped: {why})")));
+        let message = format!("no route could serve the request: {}", parts.join("; "));
+        let mut err = ProviderError::new(class, message);
+        err.retry_after = retry_after;
+        let mut ev = self.error_event(&err);
+        ev.status = status;
+        ev
+    }
+
+    pub(super) fn error_event(&mut self, err: &ProviderError) -> ErrorEvent {
+        let mut env = self.env.clone();
+        if env.route.is_none() {
+            env.level = Level::L4;
+        }
+        self.log_outcome(err.class.as_str());
+        let (message, status) = match err.class {
+            ErrorClass::Auth => (
+                format!(
+                    "gateway configuration error: an upstream rejected tailcut's credentials ({})",
+                    err.message
+                ),
+                502,
+            ),
+            _ => (err.message.clone(), err.class.http_status()),
+        };
+        let retry_after = err.retry_after.or_else(|| {
+            (err.class == ErrorClass::RateLimited)
+                .then(|| self.retry_hints.iter().min().copied().unwrap_or(Duration::from_secs(1)))
+        });
+        ErrorEvent {
+            class: err.class,
+            status,
+            message,
+            retry_after,
+            envelope: env,
+        }
+    }
+
+    pub(super) fn log_outcome(&self, outcome: &str) {
+        let completed = outcome == "completed";
+        macro_rules! decided {
+            ($level:ident) => {
+                tracing::$level!(
+            request_id = %self.ctx.request_id,
+            model = %self.req.model,
+            outcome,
+            route = self.env.route.as_deref().unwrap_or("-"),
+            level = self.env.level.as_str(),
+            attempts = self.attempts,
+            hedged = self.env.hedged,
+            ttft_ms = self.env.ttft_ms,
+            fell_back_from = ?self.env.fell_back_from.iter().map(|f| (&f.route, &f.class, f.status)).collect::<Vec<_>>(),
+            skipped = ?self.skipped.iter().map(|s| (&s.0, &s.1)).collect::<Vec<_>>(),
+            plan = %serde_json::to_string(&self.plan).unwrap_or_default(),
+            "request decided"
+                )
+            };
+        }
+        // The decision record: every request at debug, every request that did not simply
+        // complete at info.
+        if completed {
+            decided!(debug);
+        } else {
+            decided!(info);
+        }
+    }
+
+    /// A complete cached answer to serve at L3 instead of `err`, when the cache is on.
+    pub(super) fn cached_answer(&mut self, err: &ErrorEvent) -> Option<crate::mux::cache::CachedAnswer> {
+        if !self.mux.config.cache.enabled
+            || matches!(
+                err.class,
+                ErrorClass::BadRequest | ErrorClass::Auth | ErrorClass::Refusal | ErrorClass::NoRoute
+            )
+        {
+            return None;
+        }
+        self.mux.cache.lock().get(&self.req, Instant::now())
+    }
+
+    /// The events of a cached answer served at L3.
+    pub(super) fn serve_cached(&mut self, answer: crate::mux::cache::CachedAnswer) -> Vec<StreamEvent> {
+        self.env.level = Level::L3;
+        self.env.route = Some("cache".into());
+        self.env.model = Some(answer.served_by.clone());
+        self.env.ttft_ms = Some(self.since_start(Instant::now()));
+        self.log_outcome("served_from_cache");
+        let mut out = vec![StreamEvent::Start(self.env.clone())];
+        if !answer.text.is_empty() {
+            out.push(StreamEvent::TextDelta(answer.text));
+        }
+        out.extend(answer.tool_calls.into_iter().map(StreamEvent::ToolCall));
+        if self.req.include_usage {
+            out.extend(answer.usage.map(StreamEvent::Usage));
+        }
+        out.push(StreamEvent::Finish {
+            reason: answer.finish,
+            envelope: self.env.clone(),
+        });
+        out
+    }
+
+    /// A completed answer: keep it for L3 when the cache is on.
+    pub(super) fn remember(&mut self, route: &str, finish: FinishReason) {
+        if !self.mux.config.cache.enabled || self.env.level == Level::L3 {
+            return;
+        }
+        let answer = crate::mux::cache::CachedAnswer {
+            text: self.transcript.text.clone(),
+            tool_calls: std::mem::take(&mut self.calls),
+            finish,
+            usage: self.usage,
+            served_by: route.to_string(),
+        };
+        let _ = self.mux.cache.lock().put(&self.req, answer, Instant::now());
+    }
+}

@@ -1,0 +1,84 @@
+//! After commit: the response type's mid-stream policy (restart, continue, truncate) when the
+//! committed attempt fails, and the honest end when a hidden restart diverges.
+
+use super::*;
+
+impl Run {
+    /// The committed attempt on `failed_route` failed: apply the response type's policy.
+    pub(super) async fn recover(&mut self, failed_route: &str) -> Recovery {
+        let limit = self.mux.config.limits.max_midstream_recoveries;
+        if self.recoveries >= limit {
+            self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+            return Recovery::Truncate;
+        }
+        self.recoveries += 1;
+        if !self.transcript.visible() {
+            // Nothing the client would have to unsee: a seamless restart in every dialect.
+            self.transcript.clear();
+            self.env.policy = Some(MidStreamPolicy::Restart.as_str().into());
+            return match self.first_token(false, None).await {
+                Ok((attempt, first)) => Recovery::Restart {
+                    attempt,
+                    first,
+                    reset: None,
+                },
+                Err(e) => Recovery::Fail(e),
+            };
+        }
+        let prefill_route = self
+            .queue
+            .iter()
+            .any(|c| self.route_config(&c.route).is_some_and(|r| r.capabilities.prefill));
+        let pair = self.mux.config.policies.for_type(self.rtype);
+        let policy = midstream::choose(pair, self.rtype, &self.transcript, prefill_route);
+        self.env.policy = Some(policy.as_str().into());
+        match policy {
+            MidStreamPolicy::Truncate => Recovery::Truncate,
+            MidStreamPolicy::Restart => match self.first_token(false, None).await {
+                Ok((attempt, first)) => {
+                    let reset = if self.ctx.dialect.can_reset() {
+                        self.env.resets += 1;
+                        self.transcript.clear();
+                        Some(format!(
+                            "{failed_route} failed mid-stream; restarted on {}",
+                            attempt.route
+                        ))
+                    } else {
+                        None
+                    };
+                    Recovery::Restart { attempt, first, reset }
+                }
+                Err(_) => {
+                    self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                    Recovery::Truncate
+                }
+            },
+            MidStreamPolicy::Continue => {
+                let partial = self.transcript.text.clone();
+                match self.first_token(false, Some(&partial)).await {
+                    Ok((attempt, first)) => {
+                        self.env.route_switches += 1;
+                        Recovery::Continue { attempt, first }
+                    }
+                    Err(_) => {
+                        self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                        Recovery::Truncate
+                    }
+                }
+            }
+        }
+    }
+
+    /// A restart the client could not be told about produced a different answer.
+    pub(super) fn diverged(&mut self, cur: &Attempt) -> StreamEvent {
+        let err = ProviderError::new(
+            ErrorClass::Unavailable,
+            format!(
+                "the answer was interrupted and its retry on {} diverged from the text already sent; the response is incomplete",
+                cur.route
+            ),
+        );
+        self.log_outcome("diverged");
+        StreamEvent::Error(self.error_event(&err))
+    }
+}
