@@ -130,6 +130,10 @@ mod tests {
         assert_eq!(w.samples(t2), 50, "the slow half aged out");
         let p95 = w.quantile(t2, 0.95, 1).expect("samples");
         assert!(p95 < Duration::from_millis(200), "only fast samples remain: {p95:?}");
-        assert_eq!(w.samples(t2 + Duration::from_secs(30)), 0, "idle for a window forgets all");
+        assert_eq!(
+            w.samples(t2 + Duration::from_secs(30)),
+            0,
+            "idle for a window forgets all"
+        );
     }
 }

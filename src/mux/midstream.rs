@@ -86,7 +86,9 @@ impl Seam {
 
     pub fn trim(sent: &str) -> Seam {
         let start = sent.len().saturating_sub(TRIM_HOLD * 2);
-        let start = (start..=sent.len()).find(|i| sent.is_char_boundary(*i)).unwrap_or(sent.len());
+        let start = (start..=sent.len())
+            .find(|i| sent.is_char_boundary(*i))
+            .unwrap_or(sent.len());
         Seam::Trim {
             tail: sent[start..].to_string(),
             held: String::new(),
@@ -181,21 +183,33 @@ mod tests {
     fn swallow_reports_divergence() {
         let mut seam = Seam::swallow("Hello world");
         assert_eq!(seam.feed("Hello"), SeamOut::Hold);
-        assert_eq!(seam.feed(" there"), SeamOut::Diverged, "a different answer must not be spliced");
+        assert_eq!(
+            seam.feed(" there"),
+            SeamOut::Diverged,
+            "a different answer must not be spliced"
+        );
     }
 
     #[test]
     fn swallow_that_ends_short_is_divergence() {
         let mut seam = Seam::swallow("Hello world");
         assert_eq!(seam.feed("Hello"), SeamOut::Hold);
-        assert_eq!(seam.finish(), SeamOut::Diverged, "a shorter answer than what was sent is not the same answer");
+        assert_eq!(
+            seam.finish(),
+            SeamOut::Diverged,
+            "a shorter answer than what was sent is not the same answer"
+        );
     }
 
     #[test]
     fn trim_removes_a_repeated_tail() {
         let mut seam = Seam::trim("The quick brown fox jumps");
         assert_eq!(seam.feed(" fox jumps over"), SeamOut::Hold);
-        assert_eq!(seam.finish(), SeamOut::Emit(" over".into()), "the repeated words are dropped");
+        assert_eq!(
+            seam.finish(),
+            SeamOut::Emit(" over".into()),
+            "the repeated words are dropped"
+        );
     }
 
     #[test]
@@ -210,10 +224,20 @@ mod tests {
         let t = Transcript::default();
         let pair = (MidStreamPolicy::Continue, MidStreamPolicy::Restart);
         assert_eq!(choose(pair, ResponseType::Tool, &t, true), MidStreamPolicy::Restart);
-        assert_eq!(choose(pair, ResponseType::Structured, &t, true), MidStreamPolicy::Restart);
+        assert_eq!(
+            choose(pair, ResponseType::Structured, &t, true),
+            MidStreamPolicy::Restart
+        );
         assert_eq!(choose(pair, ResponseType::Prose, &t, true), MidStreamPolicy::Continue);
-        assert_eq!(choose(pair, ResponseType::Prose, &t, false), MidStreamPolicy::Restart, "no prefill route");
-        let open = Transcript { tool_open: true, ..Transcript::default() };
+        assert_eq!(
+            choose(pair, ResponseType::Prose, &t, false),
+            MidStreamPolicy::Restart,
+            "no prefill route"
+        );
+        let open = Transcript {
+            tool_open: true,
+            ..Transcript::default()
+        };
         assert_eq!(choose(pair, ResponseType::Prose, &open, true), MidStreamPolicy::Restart);
     }
 }
