@@ -349,19 +349,7 @@ fn bound(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reqwest::header::{HeaderName, HeaderValue};
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (k, v) in pairs {
-            let name = HeaderName::from_bytes(k.as_bytes()).unwrap_or_else(|e| panic!("test header {k}: {e}"));
-            map.insert(
-                name,
-                HeaderValue::from_str(v).unwrap_or_else(|e| panic!("test value {v}: {e}")),
-            );
-        }
-        map
-    }
+    use crate::provider::testkit::headers;
 
     fn status(code: u16, hdrs: &[(&str, &str)], body: &str) -> ProviderError {
         classify_status(code, &headers(hdrs), body.as_bytes())

@@ -14,9 +14,12 @@
 
 pub mod anthropic;
 mod error;
+mod http;
 pub mod openai;
 mod retry_after;
 pub mod sse;
+#[cfg(test)]
+pub(crate) mod testkit;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -46,7 +49,9 @@ pub enum Delta {
     /// `index` is the only key that identifies the call (T3).
     ToolFragment(ToolFragment),
     /// An explicit end of one tool call (Anthropic `content_block_stop`, T6).
-    ToolEnd { index: u32 },
+    ToolEnd {
+        index: u32,
+    },
     Usage(Usage),
     /// The upstream's terminal signal for the answer.
     Finish(FinishReason),
@@ -187,137 +192,5 @@ fn sse_failure(err: SseError) -> ProviderError {
             None => ProviderError::new(ErrorClass::Unavailable, format!("upstream body failed: {inner}")),
         },
         other => ProviderError::new(ErrorClass::Protocol, format!("malformed upstream stream: {other}")),
-    }
-}
-
-/// Test support: a loopback HTTP server that replays fixed bytes and records requests.
-#[cfg(test)]
-pub(crate) mod replay {
-    use std::convert::Infallible;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
-    use axum::body::Body;
-    use axum::http::{HeaderMap, Response, StatusCode, Uri};
-    use bytes::Bytes;
-    use parking_lot::Mutex;
-    use tokio::sync::Notify;
-
-    #[derive(Debug, Clone)]
-    pub struct Reply {
-        pub status: u16,
-        pub headers: Vec<(&'static str, String)>,
-        pub chunks: Vec<Bytes>,
-        /// Keep the connection open after the last chunk instead of ending the body.
-        pub hold_open: bool,
-    }
-
-    impl Reply {
-        pub fn sse(body: &str) -> Self {
-            Reply {
-                status: 200,
-                headers: vec![("content-type", "text/event-stream".to_string())],
-                chunks: vec![Bytes::copy_from_slice(body.as_bytes())],
-                hold_open: false,
-            }
-        }
-
-        pub fn error(status: u16, headers: &[(&'static str, &str)], body: &str) -> Self {
-            Reply {
-                status,
-                headers: headers.iter().map(|(k, v)| (*k, v.to_string())).collect(),
-                chunks: vec![Bytes::copy_from_slice(body.as_bytes())],
-                hold_open: false,
-            }
-        }
-    }
-
-    #[derive(Debug, Clone)]
-    pub struct Recorded {
-        pub path: String,
-        pub headers: HeaderMap,
-        pub body: serde_json::Value,
-    }
-
-    pub struct ReplayServer {
-        /// `http://127.0.0.1:PORT`
-        pub base: String,
-        pub requests: Arc<Mutex<Vec<Recorded>>>,
-        body_dropped: Arc<(AtomicBool, Notify)>,
-        _server: tokio::task::JoinHandle<()>,
-    }
-
-    impl ReplayServer {
-        pub async fn start(reply: Reply) -> Self {
-            let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
-            let body_dropped: Arc<(AtomicBool, Notify)> = Arc::default();
-            let (recorder, dropped) = (requests.clone(), body_dropped.clone());
-            let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
-                let (reply, recorder, dropped) = (reply.clone(), recorder.clone(), dropped.clone());
-                async move {
-                    let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-                    recorder.lock().push(Recorded {
-                        path: uri.path().to_string(),
-                        headers,
-                        body,
-                    });
-                    respond(reply, dropped)
-                }
-            });
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind loopback");
-            let addr = listener.local_addr().expect("local addr");
-            let server = tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
-            ReplayServer {
-                base: format!("http://{addr}"),
-                requests,
-                body_dropped,
-                _server: server,
-            }
-        }
-
-        /// Resolves once the server saw the response body dropped (the client went away).
-        pub async fn body_dropped(&self) {
-            loop {
-                let notified = self.body_dropped.1.notified();
-                if self.body_dropped.0.load(Ordering::SeqCst) {
-                    return;
-                }
-                notified.await;
-            }
-        }
-    }
-
-    struct DropFlag(Arc<(AtomicBool, Notify)>);
-
-    impl Drop for DropFlag {
-        fn drop(&mut self) {
-            self.0 .0.store(true, Ordering::SeqCst);
-            self.0 .1.notify_waiters();
-        }
-    }
-
-    fn respond(reply: Reply, dropped: Arc<(AtomicBool, Notify)>) -> Response<Body> {
-        let flag = DropFlag(dropped);
-        let stream = async_stream::stream! {
-            let _flag = flag;
-            for chunk in reply.chunks {
-                yield Ok::<_, Infallible>(chunk);
-            }
-            if reply.hold_open {
-                futures::future::pending::<()>().await;
-            }
-        };
-        let mut response = Response::new(Body::from_stream(stream));
-        *response.status_mut() = StatusCode::from_u16(reply.status).expect("valid test status");
-        for (name, value) in reply.headers {
-            response
-                .headers_mut()
-                .insert(name, value.parse().expect("valid test header"));
-        }
-        response
     }
 }

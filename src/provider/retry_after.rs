@@ -154,19 +154,7 @@ fn to_system_time(year: i64, month: u32, day: u32, h: u32, m: u32, s: u32, offse
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reqwest::header::{HeaderName, HeaderValue};
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (k, v) in pairs {
-            let name = HeaderName::from_bytes(k.as_bytes()).unwrap_or_else(|e| panic!("test header {k}: {e}"));
-            map.insert(
-                name,
-                HeaderValue::from_str(v).unwrap_or_else(|e| panic!("test value {v}: {e}")),
-            );
-        }
-        map
-    }
+    use crate::provider::testkit::headers;
 
     #[test]
     fn retry_after_http_date_is_relative_to_now() {

@@ -8,80 +8,50 @@ mod types;
 use std::fmt;
 
 use futures::future::BoxFuture;
-use reqwest::header::{HeaderValue, ACCEPT};
+use reqwest::header::HeaderName;
+use reqwest::RequestBuilder;
 
 pub use request::DEFAULT_MAX_TOKENS;
 
-use crate::provider::{
-    classify_response, classify_transport, drive, DeltaStream, ErrorClass, Provider, ProviderError, UpstreamRequest,
-};
+use crate::provider::http::{open_stream, Endpoint};
+use crate::provider::{DeltaStream, Provider, ProviderError, UpstreamRequest};
 
 /// The API version this adapter speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 pub struct AnthropicProvider {
-    /// The host root, e.g. `https://api.anthropic.com`.
-    base_url: String,
-    /// The upstream's model id.
-    model: String,
-    api_key: Option<String>,
-    client: reqwest::Client,
+    /// Its base URL is the host root, e.g. `https://api.anthropic.com`.
+    endpoint: Endpoint,
 }
 
 impl AnthropicProvider {
     pub fn new(base_url: String, model: String, api_key: Option<String>, client: reqwest::Client) -> Self {
-        let base_url = base_url.trim_end_matches('/').to_string();
         AnthropicProvider {
-            base_url,
-            model,
-            api_key,
-            client,
+            endpoint: Endpoint::new(base_url, model, api_key, client),
         }
+    }
+
+    /// One attempt's POST: the body in this wire format, its headers and the route's key.
+    fn request(&self, req: &UpstreamRequest) -> Result<RequestBuilder, ProviderError> {
+        let body = request::build_body(req, &self.endpoint.model)?;
+        let builder = self
+            .endpoint
+            .post("/v1/messages", &req.request_id, &body)
+            .header("anthropic-version", ANTHROPIC_VERSION);
+        self.endpoint
+            .with_key(builder, HeaderName::from_static("x-api-key"), str::to_string)
     }
 }
 
 impl fmt::Debug for AnthropicProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnthropicProvider")
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .finish()
+        self.endpoint.debug_as("AnthropicProvider", f)
     }
 }
 
 impl Provider for AnthropicProvider {
     fn open(&self, req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
-        let body = match request::build_body(&req, &self.model) {
-            Ok(body) => body,
-            Err(e) => return Box::pin(async move { Err(e) }),
-        };
-        let mut builder = self
-            .client
-            .post(format!("{}/v1/messages", self.base_url))
-            .header(ACCEPT, "text/event-stream")
-            .header("anthropic-version", ANTHROPIC_VERSION)
-            .header("x-request-id", req.request_id.as_str())
-            .json(&body);
-        if let Some(key) = &self.api_key {
-            match HeaderValue::from_str(key) {
-                Ok(mut value) => {
-                    value.set_sensitive(true);
-                    builder = builder.header("x-api-key", value);
-                }
-                Err(_) => {
-                    let error = ProviderError::new(ErrorClass::Auth, "the route's api key is not a valid header value");
-                    return Box::pin(async move { Err(error) });
-                }
-            }
-        }
-        Box::pin(async move {
-            let response = builder.send().await.map_err(|e| classify_transport(&e))?;
-            if !response.status().is_success() {
-                return Err(classify_response(response).await);
-            }
-            Ok(drive(response.bytes_stream(), stream::EventDecoder::default()))
-        })
+        open_stream(self.request(&req), stream::EventDecoder::default())
     }
 }
 
@@ -93,8 +63,8 @@ mod tests {
     use futures::StreamExt;
 
     use super::*;
-    use crate::provider::replay::{ReplayServer, Reply};
-    use crate::provider::{http_client, Delta};
+    use crate::provider::testkit::{ReplayServer, Reply};
+    use crate::provider::{http_client, Delta, ErrorClass};
     use crate::types::{ChatRequest, FinishReason, Message, Role};
 
     const TOOL_USE: &str = include_str!("../../../tests/fixtures/anthropic/tool_use.sse");

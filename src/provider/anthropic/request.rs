@@ -152,18 +152,9 @@ fn bad_request(message: &str) -> ProviderError {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
+    use crate::provider::testkit::upstream;
     use crate::types::{ChatRequest, Sampling, ToolCall, ToolSpec};
-
-    fn upstream(chat: ChatRequest, prefill: Option<&str>) -> UpstreamRequest {
-        UpstreamRequest {
-            chat: Arc::new(chat),
-            prefill: prefill.map(str::to_string),
-            request_id: "r".into(),
-        }
-    }
 
     fn body_json(req: &UpstreamRequest) -> Value {
         let body = build_body(req, "claude-x").unwrap_or_else(|e| panic!("body builds: {e}"));

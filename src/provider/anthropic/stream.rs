@@ -192,12 +192,10 @@ fn protocol(message: String) -> ProviderError {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-    use futures::StreamExt;
     use proptest::prelude::*;
 
     use super::*;
-    use crate::provider::drive;
+    use crate::provider::testkit::{decode_chunks, error_class, text, usage, Out};
 
     const TEXT: &str = include_str!("../../../tests/fixtures/anthropic/text.sse");
     const TEXT_DOCS: &str = include_str!("../../../tests/fixtures/anthropic/text_docs.sse");
@@ -208,26 +206,12 @@ mod tests {
     const ERROR: &str = include_str!("../../../tests/fixtures/anthropic/error.sse");
     const INCOMPLETE: &str = include_str!("../../../tests/fixtures/anthropic/incomplete_partial_json.sse");
 
-    type Out = Vec<Result<Delta, ProviderError>>;
-
     async fn replay_chunks(chunks: Vec<Vec<u8>>) -> Out {
-        let body = futures::stream::iter(chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c))));
-        drive(body, EventDecoder::default()).collect().await
+        decode_chunks(EventDecoder::default(), chunks).await
     }
 
     async fn replay(text: &str) -> Out {
         replay_chunks(vec![text.as_bytes().to_vec()]).await
-    }
-
-    fn text(s: &str) -> Result<Delta, ProviderError> {
-        Ok(Delta::Text(s.to_string()))
-    }
-
-    fn usage(input: u32, output: u32) -> Result<Delta, ProviderError> {
-        Ok(Delta::Usage(Usage {
-            input_tokens: input,
-            output_tokens: output,
-        }))
     }
 
     fn fragment(index: u32, args: &str) -> Result<Delta, ProviderError> {
@@ -237,10 +221,6 @@ mod tests {
             name: None,
             arguments: args.to_string(),
         }))
-    }
-
-    fn error_class(out: &Out) -> Option<ErrorClass> {
-        out.last().and_then(|r| r.as_ref().err()).map(|e| e.class)
     }
 
     fn tool_use_expected() -> Out {

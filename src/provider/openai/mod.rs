@@ -8,73 +8,44 @@ mod types;
 use std::fmt;
 
 use futures::future::BoxFuture;
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION};
+use reqwest::header::AUTHORIZATION;
+use reqwest::RequestBuilder;
 
 pub use request::CONTINUE_PROMPT;
 
-use crate::provider::{
-    classify_response, classify_transport, drive, DeltaStream, ErrorClass, Provider, ProviderError, UpstreamRequest,
-};
+use crate::provider::http::{open_stream, Endpoint};
+use crate::provider::{DeltaStream, Provider, ProviderError, UpstreamRequest};
 
 pub struct OpenAiProvider {
-    /// Includes the version prefix, e.g. `https://api.openai.com/v1`.
-    base_url: String,
-    /// The upstream's model id.
-    model: String,
-    api_key: Option<String>,
-    client: reqwest::Client,
+    /// Its base URL includes the version prefix, e.g. `https://api.openai.com/v1`.
+    endpoint: Endpoint,
 }
 
 impl OpenAiProvider {
     pub fn new(base_url: String, model: String, api_key: Option<String>, client: reqwest::Client) -> Self {
-        let base_url = base_url.trim_end_matches('/').to_string();
         OpenAiProvider {
-            base_url,
-            model,
-            api_key,
-            client,
+            endpoint: Endpoint::new(base_url, model, api_key, client),
         }
+    }
+
+    /// One attempt's POST: the body in this wire format, its headers and the route's key.
+    fn request(&self, req: &UpstreamRequest) -> Result<RequestBuilder, ProviderError> {
+        let body = request::build_body(req, &self.endpoint.model);
+        let builder = self.endpoint.post("/chat/completions", &req.request_id, &body);
+        self.endpoint
+            .with_key(builder, AUTHORIZATION, |key| format!("Bearer {key}"))
     }
 }
 
 impl fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiProvider")
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .finish()
+        self.endpoint.debug_as("OpenAiProvider", f)
     }
 }
 
 impl Provider for OpenAiProvider {
     fn open(&self, req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
-        let body = request::build_body(&req, &self.model);
-        let mut builder = self
-            .client
-            .post(format!("{}/chat/completions", self.base_url))
-            .header(ACCEPT, "text/event-stream")
-            .header("x-request-id", req.request_id.as_str())
-            .json(&body);
-        if let Some(key) = &self.api_key {
-            match HeaderValue::from_str(&format!("Bearer {key}")) {
-                Ok(mut value) => {
-                    value.set_sensitive(true);
-                    builder = builder.header(AUTHORIZATION, value);
-                }
-                Err(_) => {
-                    let error = ProviderError::new(ErrorClass::Auth, "the route's api key is not a valid header value");
-                    return Box::pin(async move { Err(error) });
-                }
-            }
-        }
-        Box::pin(async move {
-            let response = builder.send().await.map_err(|e| classify_transport(&e))?;
-            if !response.status().is_success() {
-                return Err(classify_response(response).await);
-            }
-            Ok(drive(response.bytes_stream(), stream::ChunkDecoder::default()))
-        })
+        open_stream(self.request(&req), stream::ChunkDecoder::default())
     }
 }
 
@@ -86,8 +57,8 @@ mod tests {
     use futures::StreamExt;
 
     use super::*;
-    use crate::provider::replay::{ReplayServer, Reply};
-    use crate::provider::{http_client, Delta};
+    use crate::provider::testkit::{ReplayServer, Reply};
+    use crate::provider::{http_client, Delta, ErrorClass};
     use crate::types::{ChatRequest, FinishReason, Message, Role};
 
     const TEXT: &str = include_str!("../../../tests/fixtures/openai/text.sse");

@@ -139,18 +139,9 @@ fn response_format(format: &ResponseFormat) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
+    use crate::provider::testkit::upstream;
     use crate::types::{ChatRequest, Sampling, ToolCall, ToolSpec};
-
-    fn upstream(chat: ChatRequest, prefill: Option<&str>) -> UpstreamRequest {
-        UpstreamRequest {
-            chat: Arc::new(chat),
-            prefill: prefill.map(str::to_string),
-            request_id: "req-1".into(),
-        }
-    }
 
     fn body_json(req: &UpstreamRequest) -> Value {
         serde_json::to_value(build_body(req, "gpt-4o-mini")).unwrap_or_default()

@@ -180,6 +180,7 @@ mod tests {
 
     use super::*;
     use crate::provider::drive;
+    use crate::provider::testkit::{decode_chunks, error_class, text, usage, Out};
 
     const TEXT: &str = include_str!("../../../tests/fixtures/openai/text.sse");
     const TOOLS: &str = include_str!("../../../tests/fixtures/openai/tool_calls_parallel.sse");
@@ -187,26 +188,12 @@ mod tests {
     const REFUSAL: &str = include_str!("../../../tests/fixtures/openai/refusal.sse");
     const LENGTH: &str = include_str!("../../../tests/fixtures/openai/length.sse");
 
-    type Out = Vec<Result<Delta, ProviderError>>;
-
     async fn replay_chunks(chunks: Vec<Vec<u8>>) -> Out {
-        let body = futures::stream::iter(chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c))));
-        drive(body, ChunkDecoder::default()).collect().await
+        decode_chunks(ChunkDecoder::default(), chunks).await
     }
 
     async fn replay(text: &str) -> Out {
         replay_chunks(vec![text.as_bytes().to_vec()]).await
-    }
-
-    fn text(s: &str) -> Result<Delta, ProviderError> {
-        Ok(Delta::Text(s.to_string()))
-    }
-
-    fn usage(input: u32, output: u32) -> Result<Delta, ProviderError> {
-        Ok(Delta::Usage(Usage {
-            input_tokens: input,
-            output_tokens: output,
-        }))
     }
 
     fn fragment(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> Result<Delta, ProviderError> {
@@ -216,10 +203,6 @@ mod tests {
             name: name.map(str::to_string),
             arguments: args.to_string(),
         }))
-    }
-
-    fn error_class(out: &Out) -> Option<ErrorClass> {
-        out.last().and_then(|r| r.as_ref().err()).map(|e| e.class)
     }
 
     #[tokio::test]
