@@ -75,6 +75,19 @@ async fn hedge_fires_after_p95_ttft() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn route_hedge_ceiling_overrides_the_global_one() {
+    let toml = config_toml(&[("a", "openai", "slow"), ("b", "openai", "fast")], SCENARIOS)
+        .replace("name = \"a\"\n", "name = \"a\"\nhedge_ceiling_ms = 200\n");
+    let server = start(&toml).await;
+    preload(&server, "a", Duration::from_millis(300));
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.text(), "fast hedge answer");
+    let log = server.sim.as_ref().expect("sim").log();
+    let fired = ms_between(by_scenario(&log, "slow")[0].accepted_at, by_scenario(&log, "fast")[0].accepted_at);
+    assert!((199.0..=201.0).contains(&fired), "the route's 200 ms ceiling, not its 300 ms p95: {fired}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn hedge_not_fired_when_primary_is_fast() {
     let server = start(&config_toml(
         &[("a", "openai", "quick-primary"), ("b", "openai", "fast")],
@@ -282,7 +295,7 @@ async fn budget_caps_hedges() {
         .state
         .gateway
         .health()
-        .snapshot(Instant::now(), &server.state.config.hedge);
+        .snapshot(Instant::now(), &server.state.config);
     let fired: u64 = fired.iter().map(|r| r.hedges_fired).sum();
     assert_eq!(
         hedges as u64, fired,

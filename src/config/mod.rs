@@ -43,6 +43,17 @@ impl Config {
         self.routes.iter().find(|r| r.name == name)
     }
 
+    /// The hedge settings for a primary on `route`: `[hedge]` with the route's overrides.
+    pub fn hedge_for(&self, route: &str) -> HedgeConfig {
+        let mut h = self.hedge.clone();
+        if let Some(r) = self.route(route) {
+            h.percentile = r.hedge_percentile.unwrap_or(h.percentile);
+            h.floor = r.hedge_floor.unwrap_or(h.floor);
+            h.ceiling = r.hedge_ceiling.unwrap_or(h.ceiling);
+        }
+        h
+    }
+
     pub fn tenant(&self, name: &str) -> Option<&TenantConfig> {
         self.tenants.get(name)
     }
@@ -133,6 +144,11 @@ pub struct RouteConfig {
     /// Simulated routes: the scenario name (a built-in profile or `[sim.scenarios.*]`).
     pub scenario: Option<String>,
     pub hedge: bool,
+    /// Per-route overrides of `[hedge] percentile`, `floor_ms` and `ceiling_ms` for hedging
+    /// a primary on this route.
+    pub hedge_percentile: Option<f64>,
+    pub hedge_floor: Option<Duration>,
+    pub hedge_ceiling: Option<Duration>,
     /// Requests on this route have side effects: never hedged.
     pub side_effecting: bool,
     /// No token for this long after the first one is a stall (a mid-stream failure).

@@ -304,6 +304,15 @@ impl Validator {
             cost_per_1k: r.cost_per_1k.unwrap_or(0.0),
             scenario,
             hedge: r.hedge.unwrap_or(true),
+            hedge_percentile: r.hedge_percentile.filter(|p| {
+                let ok = (0.5..1.0).contains(p);
+                if !ok {
+                    self.problem(format!("{path}.hedge_percentile"), "must be in [0.5, 1.0)");
+                }
+                ok
+            }),
+            hedge_floor: r.hedge_floor_ms.map(Duration::from_millis),
+            hedge_ceiling: r.hedge_ceiling_ms.map(Duration::from_millis),
             side_effecting: r.side_effecting.unwrap_or(false),
             stall_timeout: Duration::from_millis(r.stall_timeout_ms.unwrap_or(10_000)),
             connect_timeout: Duration::from_millis(r.connect_timeout_ms.unwrap_or(5_000)),

@@ -205,10 +205,11 @@ impl Health {
         }
     }
 
-    pub fn snapshot(&self, now: Instant, cfg: &HedgeConfig) -> Vec<RouteSnapshot> {
+    pub fn snapshot(&self, now: Instant, config: &Config) -> Vec<RouteSnapshot> {
         self.routes
             .iter()
             .map(|r| {
+                let cfg = &config.hedge_for(&r.name);
                 let mut s = r.state.lock();
                 let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
                 let volume = s.outcomes.volume(now);

@@ -39,7 +39,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 async fn admin_routes(State(state): State<AppState>) -> Json<serde_json::Value> {
     let now = Instant::now();
-    let routes = state.gateway.health().snapshot(now, &state.config.hedge);
+    let routes = state.gateway.health().snapshot(now, &state.config);
     Json(json!({ "routes": routes }))
 }
 

@@ -30,7 +30,7 @@ impl Run {
                     let (delay, live) =
                         self.mux
                             .health
-                            .hedge_delay(&primary.route, &self.mux.config.hedge, primary.started);
+                            .hedge_delay(&primary.route, &self.mux.config.hedge_for(&primary.route), primary.started);
                     timer = HedgeTimer::arm(primary.started, delay, live);
                 }
                 Err(_) => {}
@@ -111,7 +111,10 @@ impl Run {
         prefill: Option<&str>,
     ) {
         let now = Instant::now();
-        let skip = |reason: &'static str| metrics::counter!(t::HEDGE_SKIPPED_TOTAL, "reason" => reason).increment(1);
+        let skip = |reason: &'static str| {
+            metrics::counter!(t::HEDGES_TOTAL, "result" => "skipped").increment(1);
+            metrics::counter!(t::HEDGE_SKIPPED_TOTAL, "reason" => reason).increment(1);
+        };
         if race.len() >= max_concurrent {
             return skip("concurrency");
         }
@@ -149,14 +152,13 @@ impl Run {
         let ttft = now.saturating_duration_since(winner.started);
         self.mux.health.record_ttft(&winner.route, now, ttft);
         let had_losers = !losers.is_empty();
-        let hedge_cfg = &self.mux.config.hedge;
         for loser in &losers {
             // A loser's TTFT is censored: it was at least its age now. Without recording that,
             // a primary that keeps losing hedges keeps only its fast samples, its p95 drifts
             // down and hedges fire ever earlier. Only ages past the route's current hedge delay
             // carry tail information; younger losers are left out rather than biasing it down.
             let age = now.saturating_duration_since(loser.started);
-            let (delay, _) = self.mux.health.hedge_delay(&loser.route, hedge_cfg, now);
+            let (delay, _) = self.mux.health.hedge_delay(&loser.route, &self.mux.config.hedge_for(&loser.route), now);
             if age >= delay {
                 self.mux.health.record_ttft(&loser.route, now, age);
             }
