@@ -15,6 +15,7 @@ use tokio::sync::OwnedSemaphorePermit;
 pub use request::decode_request;
 pub use response::{error_type, message_id, stop_reason, EventEncoder, PING_EVENT};
 
+use super::chat::serve_chat;
 use super::error::{insert, ErrorReply};
 use super::events::{await_commit, drain};
 use super::sse_out::{encoded, envelope_headers, json_response, sse_response};
@@ -33,30 +34,18 @@ pub struct Reply {
 }
 
 pub async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let ctx = match RequestCtx::from_headers(&headers, Dialect::Anthropic) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            let id = RequestCtx::new(Dialect::Anthropic).request_id;
-            return error_response(&ErrorReply::from_gateway(&e), &id);
-        }
+    let keepalive = state.config.server.sse_keepalive;
+    let prepare = |ctx: &mut RequestCtx| {
+        let req = decode_request(&body)?;
+        let how = Reply {
+            request_id: ctx.request_id.clone(),
+            alias: req.model.clone(),
+            stream: req.stream,
+            keepalive,
+        };
+        Ok((req, how))
     };
-    let Ok(permit) = state.streams.clone().try_acquire_owned() else {
-        return error_response(&ErrorReply::busy(), &ctx.request_id);
-    };
-    let req = match decode_request(&body) {
-        Ok(req) => req,
-        Err(e) => return error_response(&e.into(), &ctx.request_id),
-    };
-    let how = Reply {
-        request_id: ctx.request_id.clone(),
-        alias: req.model.clone(),
-        stream: req.stream,
-        keepalive: state.config.server.sse_keepalive,
-    };
-    match state.gateway.chat(req, ctx) {
-        Ok(events) => reply(events, how, permit).await,
-        Err(e) => error_response(&ErrorReply::from_gateway(&e), &how.request_id),
-    }
+    serve_chat(&state, &headers, Dialect::Anthropic, error_response, prepare, reply).await
 }
 
 /// Waits for the commit point, then streams events or drains into one message. Before

@@ -15,12 +15,14 @@
 //! - `ws`: `GET /v1/ws`, many requests multiplexed per socket (docs/ws-protocol.md).
 //! - `native_sse`: `POST|GET /v1/stream`, the native events over SSE for browsers.
 //! - `native`: the native messages shared by `ws` and `native_sse`.
+//! - `chat`: the steps before the answer that every HTTP chat endpoint shares.
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
 //! - `error`: errors as clients see them, rendered by each dialect.
 //! - `ops`: health, readiness and metrics routes (mounted by the server).
 
 pub mod anthropic;
+mod chat;
 pub mod error;
 pub mod events;
 pub mod native;

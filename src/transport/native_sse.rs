@@ -12,6 +12,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::chat::serve_chat;
 use super::error::{DecodeError, ErrorReply};
 use super::events::await_commit;
 use super::native::{ChatOptions, ServerMessage};
@@ -69,32 +70,17 @@ async fn start(
     decoded: Result<ChatRequest, DecodeError>,
     options: ChatOptions,
 ) -> Response {
-    let mut ctx = match RequestCtx::from_headers(&headers, Dialect::Native) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            return error_response(
-                &ErrorReply::from_gateway(&e),
-                &RequestCtx::new(Dialect::Native).request_id,
-            )
-        }
+    let keepalive = state.config.server.sse_keepalive;
+    let prepare = |ctx: &mut RequestCtx| {
+        let mut req = decoded?;
+        options.apply(ctx)?;
+        req.stream = true;
+        req.include_usage = true;
+        Ok((req, ctx.request_id.clone()))
     };
-    let Ok(permit) = state.streams.clone().try_acquire_owned() else {
-        return error_response(&ErrorReply::busy(), &ctx.request_id);
-    };
-    let mut req = match decoded {
-        Ok(req) => req,
-        Err(e) => return error_response(&e.into(), &ctx.request_id),
-    };
-    if let Err(e) = options.apply(&mut ctx) {
-        return error_response(&e.into(), &ctx.request_id);
-    }
-    req.stream = true;
-    req.include_usage = true;
-    let request_id = ctx.request_id.clone();
-    match state.gateway.chat(req, ctx) {
-        Ok(events) => reply(events, &request_id, state.config.server.sse_keepalive, permit).await,
-        Err(e) => error_response(&ErrorReply::from_gateway(&e), &request_id),
-    }
+    let answer =
+        |events, request_id: String, permit| async move { reply(events, &request_id, keepalive, permit).await };
+    serve_chat(&state, &headers, Dialect::Native, error_response, prepare, answer).await
 }
 
 /// Waits for the commit point (before it, failures are real HTTP errors with a JSON body

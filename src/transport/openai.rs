@@ -16,6 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 pub use request::{decode_request, decode_value};
 pub use response::{completion_id, error_type, finish_reason, ChunkEncoder};
 
+use super::chat::serve_chat;
 use super::error::ErrorReply;
 use super::events::{await_commit, drain};
 use super::sse_out::{encoded, envelope_headers, json_response, sse_response, to_json, PING_COMMENT};
@@ -35,33 +36,19 @@ pub struct Reply {
 }
 
 pub async fn chat_completions(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let ctx = match RequestCtx::from_headers(&headers, Dialect::OpenAi) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            return error_response(
-                &ErrorReply::from_gateway(&e),
-                &RequestCtx::new(Dialect::OpenAi).request_id,
-            )
-        }
+    let keepalive = state.config.server.sse_keepalive;
+    let prepare = |ctx: &mut RequestCtx| {
+        let req = decode_request(&body)?;
+        let how = Reply {
+            request_id: ctx.request_id.clone(),
+            alias: req.model.clone(),
+            stream: req.stream,
+            include_usage: req.include_usage,
+            keepalive,
+        };
+        Ok((req, how))
     };
-    let Ok(permit) = state.streams.clone().try_acquire_owned() else {
-        return error_response(&ErrorReply::busy(), &ctx.request_id);
-    };
-    let req = match decode_request(&body) {
-        Ok(req) => req,
-        Err(e) => return error_response(&e.into(), &ctx.request_id),
-    };
-    let how = Reply {
-        request_id: ctx.request_id.clone(),
-        alias: req.model.clone(),
-        stream: req.stream,
-        include_usage: req.include_usage,
-        keepalive: state.config.server.sse_keepalive,
-    };
-    match state.gateway.chat(req, ctx) {
-        Ok(events) => reply(events, how, permit).await,
-        Err(e) => error_response(&ErrorReply::from_gateway(&e), &how.request_id),
-    }
+    serve_chat(&state, &headers, Dialect::OpenAi, error_response, prepare, reply).await
 }
 
 /// Waits for the commit point, then streams chunks or drains into one completion. Before
