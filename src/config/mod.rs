@@ -382,6 +382,12 @@ pub struct LimitsConfig {
     pub blast_radius: f64,
     /// ... plus this many failover attempts per second, so an idle route can still take over.
     pub blast_radius_floor_per_sec: f64,
+    /// Share of committed requests also sent, in the background, to the next route of the
+    /// plan (result discarded, never on the client's stream) so fallbacks are proven before
+    /// an incident needs them.
+    pub shadow_share: f64,
+    /// Shadow requests running at once, at most.
+    pub shadow_max_in_flight: usize,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -134,6 +134,8 @@ pub struct RawLimits {
     pub retry_budget_window_secs: Option<u64>,
     pub blast_radius: Option<f64>,
     pub blast_radius_floor_per_sec: Option<f64>,
+    pub shadow_share: Option<f64>,
+    pub shadow_max_in_flight: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

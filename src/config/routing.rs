@@ -244,7 +244,13 @@ impl Validator {
         if l.retry_budget_window_secs == Some(0) {
             self.problem("limits.retry_budget_window_secs", "must be at least 1");
         }
+        let shadow_share = l.shadow_share.unwrap_or(0.0);
+        if !(0.0..=1.0).contains(&shadow_share) {
+            self.problem("limits.shadow_share", "must be in [0, 1]");
+        }
         LimitsConfig {
+            shadow_share: shadow_share.clamp(0.0, 1.0),
+            shadow_max_in_flight: l.shadow_max_in_flight.unwrap_or(8),
             max_attempts: l.max_attempts.unwrap_or(4).max(1),
             max_midstream_recoveries: l.max_midstream_recoveries.unwrap_or(2),
             retry_budget_ratio: ratio.clamp(0.0, 1.0),

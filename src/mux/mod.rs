@@ -17,6 +17,7 @@ pub mod cache;
 mod hedge;
 mod midstream;
 mod race;
+mod shadow;
 mod run;
 pub mod tool_calls;
 mod transcript;
@@ -55,6 +56,8 @@ pub struct Mux {
     blast: HashMap<String, Mutex<Budget>>,
     pub leases: Mutex<LeaseTable>,
     pub cache: Mutex<AnswerCache>,
+    /// Slots for shadow requests in flight.
+    shadows: Arc<tokio::sync::Semaphore>,
 }
 
 impl Mux {
@@ -83,6 +86,7 @@ impl Mux {
             })
             .collect();
         Mux {
+            shadows: Arc::new(tokio::sync::Semaphore::new(limits.shadow_max_in_flight)),
             leases: Mutex::new(LeaseTable::new(&config.leases)),
             cache: Mutex::new(AnswerCache::new(config.cache)),
             budget: Mutex::new(budget),

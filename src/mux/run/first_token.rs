@@ -178,6 +178,11 @@ impl Run {
         }
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());
+        if self.hedge.is_ok() {
+            if let Some(next) = self.queue.iter().find(|c| *c.route != *winner.route) {
+                crate::mux::shadow::maybe_start(&self.mux, &self.mux.shadows, &self.req, &next.route, self.deadline);
+            }
+        }
         self.env.level = self.route_config(&winner.route).map_or(Level::L0, |r| r.level);
         self.env.attempts = self.attempts;
         if let Some(hedge) = self.env.hedge.as_mut().filter(|h| h.winner.is_none()) {
