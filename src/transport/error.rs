@@ -33,6 +33,14 @@ impl DecodeError {
             param: None,
         }
     }
+
+    /// A body that did not parse: JSON of the wrong shape, or not JSON at all.
+    pub fn from_json(e: serde_json::Error) -> Self {
+        match e.classify() {
+            serde_json::error::Category::Data => DecodeError::body(format!("invalid request: {e}")),
+            _ => DecodeError::body(format!("the request body is not valid JSON: {e}")),
+        }
+    }
 }
 
 /// Everything a dialect needs to render one error, before or after commit.

@@ -42,10 +42,7 @@ struct RawTool {
 /// Decodes a Messages request body. Errors name the field the way Anthropic does
 /// (`messages.0.content.1`).
 pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
-    let raw: RawRequest = serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => DecodeError::body(format!("invalid request: {e}")),
-        _ => DecodeError::body(format!("the request body is not valid JSON: {e}")),
-    })?;
+    let raw: RawRequest = serde_json::from_slice(body).map_err(DecodeError::from_json)?;
     let model = raw
         .model
         .filter(|m| !m.trim().is_empty())

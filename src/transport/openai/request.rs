@@ -82,10 +82,7 @@ struct RawFunction {
 /// Decodes a request body. Malformed JSON, missing `model`/`messages` and unsupported
 /// values (`n > 1`, unknown roles or parts) are client errors.
 pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
-    let raw: RawRequest = serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => DecodeError::body(format!("invalid request: {e}")),
-        _ => DecodeError::body(format!("the request body is not valid JSON: {e}")),
-    })?;
+    let raw: RawRequest = serde_json::from_slice(body).map_err(DecodeError::from_json)?;
     from_raw(raw)
 }
 
