@@ -1,6 +1,8 @@
 //! Benchmarks over the simulated upstream (`tailcut bench ...`).
 
 mod hedge;
+mod overhead;
 mod plot;
 
 pub use hedge::{hedge, HedgeArgs};
+pub use overhead::{overhead, OverheadArgs};
