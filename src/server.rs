@@ -8,6 +8,7 @@
 //! 3. `DefaultBodyLimit`: request bodies over `max_body_bytes` get a 413;
 //! 4. the routes: chat transports (`transport::routes`) and ops (`transport::ops`).
 //!    Each chat stream holds a permit of `streams` (`max_streams`; none left → 503).
+//!    `GET /` (playground) and `GET /dashboard` serve `static/` pages embedded in the binary.
 //!
 //! Shutdown (SIGTERM or ctrl-c): stop accepting, mark `/readyz` unready, let in-flight
 //! streams finish for up to `drain`, then cut what is left.
@@ -62,8 +63,23 @@ impl AppState {
 /// The axum app with every route and the body limit.
 pub fn app(state: AppState) -> Router {
     let limit = state.config.server.max_body_bytes;
+    // Embedded so the binary serves them from any working directory; `no-cache` so a rebuilt
+    // binary's pages are picked up without a stale copy.
+    let page = |html: &'static str| {
+        axum::routing::get(move || async move {
+            (
+                [
+                    (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                    (axum::http::header::CACHE_CONTROL, "no-cache"),
+                ],
+                html,
+            )
+        })
+    };
     transport::routes()
         .merge(transport::ops::routes())
+        .route("/", page(include_str!("../static/index.html")))
+        .route("/dashboard", page(include_str!("../static/dashboard.html")))
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::map_response(move |r: Response| {
             too_large_as_json(r, limit)
