@@ -7,11 +7,14 @@ import anthropic
 BASE = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:18080"
 client = anthropic.Anthropic(base_url=BASE, api_key="unused", max_retries=0, timeout=30)
 failures = []
+total = 0
 TEXT = "Hello from tailcut through the official SDK."
 HI = [{"role": "user", "content": "hi"}]
 
 
 def check(name, fn):
+    global total
+    total += 1
     try:
         fn()
         print(f"ok   {name}")
@@ -98,10 +101,10 @@ check("raw events carry their types", raw_events_are_typed)
 check("non-streaming message", non_streaming)
 check("tool use arrives whole (openai route)", tool_use("tools"))
 check("tool use arrives whole (anthropic route)", tool_use("tools-anthropic"))
+check("restart before anything visible is invisible", tool_use("tools-flaky"))
 check("unknown model -> BadRequestError", unknown_model_is_bad_request)
 check("all routes 429 -> RateLimitError with retry-after", rate_limited_is_rate_limit_error)
 check("mid-stream truncate -> APIStatusError, not a normal end", truncation_is_an_exception)
 
-total = 9
 print(f"anthropic SDK checks: {total - len(failures)} ok, {len(failures)} failing")
 sys.exit(1 if failures else 0)
