@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::{drive, Delta, ErrorClass, ProviderError, UpstreamRequest, WireDecoder};
-use crate::types::{ChatRequest, Usage};
+use crate::types::{ChatRequest, Message, Role, Usage};
 
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -166,6 +166,20 @@ pub fn upstream(chat: ChatRequest, prefill: Option<&str>) -> UpstreamRequest {
         chat: Arc::new(chat),
         prefill: prefill.map(str::to_string),
         request_id: "req-1".into(),
+    }
+}
+
+/// A user's `hi` as one attempt under `request_id`, for tests of the HTTP exchange.
+pub fn hello(request_id: &str) -> UpstreamRequest {
+    let chat = ChatRequest {
+        model: "chat".into(),
+        messages: vec![Message::text(Role::User, "hi")],
+        ..ChatRequest::default()
+    };
+    UpstreamRequest {
+        chat: Arc::new(chat),
+        prefill: None,
+        request_id: request_id.into(),
     }
 }
 

@@ -57,29 +57,19 @@ impl Provider for AnthropicProvider {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use futures::StreamExt;
 
     use super::*;
-    use crate::provider::testkit::{ReplayServer, Reply};
+    use crate::provider::testkit::{hello, ReplayServer, Reply};
     use crate::provider::{http_client, Delta, ErrorClass};
-    use crate::types::{ChatRequest, FinishReason, Message, Role};
+    use crate::types::FinishReason;
 
     const TOOL_USE: &str = include_str!("../../../tests/fixtures/anthropic/tool_use.sse");
 
     fn request() -> UpstreamRequest {
-        let chat = ChatRequest {
-            model: "chat".into(),
-            messages: vec![Message::text(Role::User, "hi")],
-            ..ChatRequest::default()
-        };
-        UpstreamRequest {
-            chat: Arc::new(chat),
-            prefill: None,
-            request_id: "req-7".into(),
-        }
+        hello("req-7")
     }
 
     fn provider(server: &ReplayServer) -> AnthropicProvider {

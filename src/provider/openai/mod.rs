@@ -51,29 +51,19 @@ impl Provider for OpenAiProvider {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use futures::StreamExt;
 
     use super::*;
-    use crate::provider::testkit::{ReplayServer, Reply};
+    use crate::provider::testkit::{hello, ReplayServer, Reply};
     use crate::provider::{http_client, Delta, ErrorClass};
-    use crate::types::{ChatRequest, FinishReason, Message, Role};
+    use crate::types::FinishReason;
 
     const TEXT: &str = include_str!("../../../tests/fixtures/openai/text.sse");
 
     fn request() -> UpstreamRequest {
-        let chat = ChatRequest {
-            model: "chat".into(),
-            messages: vec![Message::text(Role::User, "hi")],
-            ..ChatRequest::default()
-        };
-        UpstreamRequest {
-            chat: Arc::new(chat),
-            prefill: None,
-            request_id: "req-42".into(),
-        }
+        hello("req-42")
     }
 
     fn provider(server: &ReplayServer, key: Option<&str>) -> OpenAiProvider {
