@@ -27,6 +27,9 @@ use crate::gateway::Priority;
 use crate::provider::{ErrorClass, ProviderError};
 
 /// Health of every configured route, indexed by route name.
+/// The shortest stall limit derived from observed gaps.
+const STALL_FLOOR: Duration = Duration::from_secs(5);
+
 pub struct Health {
     routes: Vec<RouteHealth>,
     index: HashMap<String, usize>,
@@ -193,14 +196,15 @@ impl Health {
         }
     }
 
-    /// The stall limit for a route: ten times its observed p99 inter-token gap, at least 2 s,
-    /// never more than the configured limit.
+    /// The stall limit for a route: ten times its observed p99 inter-token gap (from 50
+    /// gaps), at least 5 s so a model's legitimate pauses are not cut, never more than the
+    /// configured limit.
     pub fn stall_limit(&self, name: &str, configured: Duration, now: Instant) -> Duration {
         let observed = self
             .route(name)
             .and_then(|r| r.state.lock().gaps.quantile(now, 0.99, 50));
         match observed {
-            Some(p99) => (p99 * 10).clamp(Duration::from_secs(2), configured.max(Duration::from_secs(2))),
+            Some(p99) => (p99 * 10).clamp(configured.min(STALL_FLOOR), configured),
             None => configured,
         }
     }

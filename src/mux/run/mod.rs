@@ -57,24 +57,29 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
         let mut seam = Seam::Pass;
         let mut last_token = Instant::now();
         loop {
-            let ev = match pending.take() {
-                Some(ev) => ev,
+            // The first event of an attempt comes from the race, not after a gap: it must not
+            // enter the inter-token window (a zero gap would tighten every stall limit).
+            let (ev, after_gap) = match pending.take() {
+                Some(ev) => (ev, false),
                 None => {
                     let stall = run.stall_limit(&cur.route);
-                    tokio::select! {
+                    let ev = tokio::select! {
                         ev = cur.next_event() => ev.unwrap_or_else(|| AttemptEvent::Failed(
                             ProviderError::new(ErrorClass::Protocol, "attempt ended without an outcome"))),
                         _ = tokio::time::sleep_until(last_token + stall) => AttemptEvent::Failed(ProviderError::new(
                             ErrorClass::Timeout, format!("stalled: no token for {} ms", stall.as_millis()))),
                         _ = tokio::time::sleep_until(run.deadline) => AttemptEvent::Failed(
                             ProviderError::new(ErrorClass::Timeout, "request deadline exceeded mid-stream")),
-                    }
+                    };
+                    (ev, true)
                 }
             };
             match ev {
                 AttemptEvent::Text(text) => {
                     let now = Instant::now();
-                    run.mux.health.record_token_gap(&cur.route, now, now.saturating_duration_since(last_token));
+                    if after_gap {
+                        run.mux.health.record_token_gap(&cur.route, now, now.saturating_duration_since(last_token));
+                    }
                     last_token = now;
                     match seam.feed(&text) {
                         SeamOut::Emit(s) if !s.is_empty() => {
