@@ -90,12 +90,13 @@ impl AnswerCache {
         self.entries.is_empty()
     }
 
-    /// The stored answer for `req`, if one is fresh.
-    pub fn get(&mut self, req: &ChatRequest, now: Instant) -> Option<CachedAnswer> {
+    /// The stored answer for `req` in `scope` (the tenant: tenants never share answers), if
+    /// one is fresh.
+    pub fn get(&mut self, scope: &str, req: &ChatRequest, now: Instant) -> Option<CachedAnswer> {
         if !self.cfg.enabled {
             return None;
         }
-        let key = self.key(req);
+        let key = self.key(scope, req);
         let expired = self.entries.get(&key)?.expires <= now;
         if expired {
             self.remove(key);
@@ -109,8 +110,8 @@ impl AnswerCache {
         Some(entry.answer.clone())
     }
 
-    /// Stores `answer` for `req` (replacing any older one).
-    pub fn put(&mut self, req: &ChatRequest, answer: CachedAnswer, now: Instant) -> Result<(), NotStored> {
+    /// Stores `answer` for `req` in `scope` (replacing any older one).
+    pub fn put(&mut self, scope: &str, req: &ChatRequest, answer: CachedAnswer, now: Instant) -> Result<(), NotStored> {
         if !self.cfg.enabled {
             return Err(NotStored::Disabled);
         }
@@ -120,7 +121,7 @@ impl AnswerCache {
         if answer.size() > self.cfg.max_answer_bytes {
             return Err(NotStored::TooLarge);
         }
-        let key = self.key(req);
+        let key = self.key(scope, req);
         self.remove(key);
         let tick = self.tick();
         self.entries.insert(
@@ -152,9 +153,11 @@ impl AnswerCache {
         }
     }
 
-    fn key(&self, req: &ChatRequest) -> u128 {
+    fn key(&self, scope: &str, req: &ChatRequest) -> u128 {
         let mut a = self.seeds.0.build_hasher();
         let mut b = self.seeds.1.build_hasher();
+        scope.hash(&mut a);
+        scope.hash(&mut b);
         normalise(req, &mut a);
         normalise(req, &mut b);
         (u128::from(a.finish()) << 64) | u128::from(b.finish())
@@ -281,28 +284,28 @@ mod tests {
     fn identical_request_hits_and_a_different_one_misses() {
         let mut c = cache(10);
         let now = Instant::now();
-        c.put(&req("capital of France?"), answer("Paris"), now).expect("stored");
+        c.put("", &req("capital of France?"), answer("Paris"), now).expect("stored");
         assert_eq!(
-            c.get(&req("capital of France?"), now).map(|a| a.text),
+            c.get("", &req("capital of France?"), now).map(|a| a.text),
             Some("Paris".into()),
             "exact match hits"
         );
-        assert_eq!(c.get(&req("capital of Spain?"), now), None, "another question misses");
+        assert_eq!(c.get("", &req("capital of Spain?"), now), None, "another question misses");
         let mut hot = req("capital of France?");
         hot.sampling.temperature = Some(1.5);
-        assert_eq!(c.get(&hot, now), None, "sampling is part of the key");
+        assert_eq!(c.get("", &hot, now), None, "sampling is part of the key");
     }
 
     #[test]
     fn surrounding_whitespace_metadata_and_transport_flags_do_not_change_the_key() {
         let mut c = cache(10);
         let now = Instant::now();
-        c.put(&req("hello"), answer("hi"), now).expect("stored");
+        c.put("", &req("hello"), answer("hi"), now).expect("stored");
         let mut same = req("  hello\n");
         same.stream = true;
         same.include_usage = true;
         same.metadata.insert("user".into(), "u1".into());
-        assert!(c.get(&same, now).is_some(), "normalised away");
+        assert!(c.get("", &same, now).is_some(), "normalised away");
     }
 
     #[test]
@@ -320,34 +323,35 @@ mod tests {
             r
         };
         c.put(
+            "",
             &with_tool(r#"{"type":"object","required":["city"]}"#),
             answer("sunny"),
             now,
         )
         .expect("stored");
         assert!(
-            c.get(&with_tool(r#"{"required":["city"],"type":"object"}"#), now)
+            c.get("", &with_tool(r#"{"required":["city"],"type":"object"}"#), now)
                 .is_some(),
             "same schema"
         );
         assert!(
-            c.get(&with_tool(r#"{"type":"object"}"#), now).is_none(),
+            c.get("", &with_tool(r#"{"type":"object"}"#), now).is_none(),
             "different schema"
         );
-        assert!(c.get(&req("weather?"), now).is_none(), "tools are part of the key");
+        assert!(c.get("", &req("weather?"), now).is_none(), "tools are part of the key");
     }
 
     #[test]
     fn entries_expire_after_the_ttl() {
         let mut c = cache(10);
         let now = Instant::now();
-        c.put(&req("q"), answer("a"), now).expect("stored");
+        c.put("", &req("q"), answer("a"), now).expect("stored");
         assert!(
-            c.get(&req("q"), now + Duration::from_secs(299)).is_some(),
+            c.get("", &req("q"), now + Duration::from_secs(299)).is_some(),
             "fresh within the TTL"
         );
         assert!(
-            c.get(&req("q"), now + Duration::from_secs(300)).is_none(),
+            c.get("", &req("q"), now + Duration::from_secs(300)).is_none(),
             "stale at the TTL"
         );
         assert!(c.is_empty(), "a stale entry is dropped when found");
@@ -357,13 +361,13 @@ mod tests {
     fn least_recently_used_entry_is_evicted_at_capacity() {
         let mut c = cache(2);
         let now = Instant::now();
-        c.put(&req("one"), answer("1"), now).expect("stored");
-        c.put(&req("two"), answer("2"), now).expect("stored");
-        assert!(c.get(&req("one"), now).is_some(), "touch one");
-        c.put(&req("three"), answer("3"), now).expect("stored");
+        c.put("", &req("one"), answer("1"), now).expect("stored");
+        c.put("", &req("two"), answer("2"), now).expect("stored");
+        assert!(c.get("", &req("one"), now).is_some(), "touch one");
+        c.put("", &req("three"), answer("3"), now).expect("stored");
         assert_eq!(c.len(), 2, "bounded");
-        assert!(c.get(&req("two"), now).is_none(), "two was least recently used");
-        assert!(c.get(&req("one"), now).is_some() && c.get(&req("three"), now).is_some());
+        assert!(c.get("", &req("two"), now).is_none(), "two was least recently used");
+        assert!(c.get("", &req("one"), now).is_some() && c.get("", &req("three"), now).is_some());
     }
 
     #[test]
@@ -371,18 +375,18 @@ mod tests {
         let mut c = cache(10);
         let now = Instant::now();
         assert_eq!(
-            c.put(&req("q"), answer(&"x".repeat(2_000)), now),
+            c.put("", &req("q"), answer(&"x".repeat(2_000)), now),
             Err(NotStored::TooLarge)
         );
         let partial = CachedAnswer {
             finish: FinishReason::Truncated,
             ..answer("half")
         };
-        assert_eq!(c.put(&req("q"), partial, now), Err(NotStored::Incomplete));
+        assert_eq!(c.put("", &req("q"), partial, now), Err(NotStored::Incomplete));
         let mut off = AnswerCache::new(CacheConfig::default());
         assert!(!off.enabled(), "the cache is opt-in");
-        assert_eq!(off.put(&req("q"), answer("a"), now), Err(NotStored::Disabled));
-        assert_eq!(off.get(&req("q"), now), None);
+        assert_eq!(off.put("", &req("q"), answer("a"), now), Err(NotStored::Disabled));
+        assert_eq!(off.get("", &req("q"), now), None);
     }
 
     #[test]
@@ -400,9 +404,9 @@ mod tests {
             finish: FinishReason::ToolCalls,
             ..answer("")
         };
-        c.put(&req("weather in Oslo"), stored.clone(), now).expect("stored");
+        c.put("", &req("weather in Oslo"), stored.clone(), now).expect("stored");
         assert_eq!(
-            c.get(&req("weather in Oslo"), now),
+            c.get("", &req("weather in Oslo"), now),
             Some(stored),
             "served exactly as stored"
         );

@@ -126,7 +126,7 @@ impl Run {
         {
             return None;
         }
-        self.mux.cache.lock().get(&self.req, Instant::now())
+        self.mux.cache.lock().get(self.ctx.tenant.as_deref().unwrap_or(""), &self.req, Instant::now())
     }
 
     /// The events of a cached answer served at L3.
@@ -163,6 +163,7 @@ impl Run {
             usage: self.usage,
             served_by: route.to_string(),
         };
-        let _ = self.mux.cache.lock().put(&self.req, answer, Instant::now());
+        let scope = self.ctx.tenant.as_deref().unwrap_or("");
+        let _ = self.mux.cache.lock().put(scope, &self.req, answer, Instant::now());
     }
 }
