@@ -83,8 +83,14 @@ async fn route_hedge_ceiling_overrides_the_global_one() {
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.text(), "fast hedge answer");
     let log = server.sim.as_ref().expect("sim").log();
-    let fired = ms_between(by_scenario(&log, "slow")[0].accepted_at, by_scenario(&log, "fast")[0].accepted_at);
-    assert!((199.0..=201.0).contains(&fired), "the route's 200 ms ceiling, not its 300 ms p95: {fired}");
+    let fired = ms_between(
+        by_scenario(&log, "slow")[0].accepted_at,
+        by_scenario(&log, "fast")[0].accepted_at,
+    );
+    assert!(
+        (199.0..=201.0).contains(&fired),
+        "the route's 200 ms ceiling, not its 300 ms p95: {fired}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -179,23 +179,46 @@ async fn shadow_share_proves_the_secondary_without_touching_the_client_stream() 
     let extra = format!(
         "{OK}\n[sim.scenarios.secondary]\ntext = \"shadow answer\"\nttft = {{ median_ms = 5.0, sigma = 0.0 }}\n[limits]\nshadow_share = 1.0\n"
     );
-    let server = start(&config_toml(&[("a", "openai", "ok"), ("b", "openai", "secondary")], &extra)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "ok"), ("b", "openai", "secondary")],
+        &extra,
+    ))
+    .await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.text(), "served", "the client sees only the primary's answer");
-    assert_eq!(reply.envelope()["attempts"], 1, "the shadow is not an attempt of the client's request");
+    assert_eq!(
+        reply.envelope()["attempts"],
+        1,
+        "the shadow is not an attempt of the client's request"
+    );
     let log = wait_for_log(&server, "shadow finished", |l| {
         l.iter().any(|r| r.scenario == "secondary" && r.end.is_some())
     })
     .await;
     let shadow = log.iter().find(|r| r.scenario == "secondary").expect("shadow request");
-    assert_eq!(shadow.end, Some(tailcut::sim::SimEnd::Completed), "the shadow ran to completion");
-    let snap = server.state.gateway.health().snapshot(tokio::time::Instant::now(), &server.state.config);
+    assert_eq!(
+        shadow.end,
+        Some(tailcut::sim::SimEnd::Completed),
+        "the shadow ran to completion"
+    );
+    let snap = server
+        .state
+        .gateway
+        .health()
+        .snapshot(tokio::time::Instant::now(), &server.state.config);
     let b = snap.iter().find(|r| r.name == "b").expect("route b");
     assert_eq!(b.ttft_samples, 1, "the secondary's health learned from the shadow");
 
-    let server = start(&config_toml(&[("a", "openai", "ok"), ("b", "openai", "secondary")], &extra)).await;
+    let server = start(&config_toml(
+        &[("a", "openai", "ok"), ("b", "openai", "secondary")],
+        &extra,
+    ))
+    .await;
     let _ = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let log = server.sim.as_ref().expect("sim").log();
-    assert!(log.iter().all(|r| r.scenario != "secondary"), "side-effecting requests are never shadowed");
+    assert!(
+        log.iter().all(|r| r.scenario != "secondary"),
+        "side-effecting requests are never shadowed"
+    );
 }

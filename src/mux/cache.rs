@@ -284,13 +284,18 @@ mod tests {
     fn identical_request_hits_and_a_different_one_misses() {
         let mut c = cache(10);
         let now = Instant::now();
-        c.put("", &req("capital of France?"), answer("Paris"), now).expect("stored");
+        c.put("", &req("capital of France?"), answer("Paris"), now)
+            .expect("stored");
         assert_eq!(
             c.get("", &req("capital of France?"), now).map(|a| a.text),
             Some("Paris".into()),
             "exact match hits"
         );
-        assert_eq!(c.get("", &req("capital of Spain?"), now), None, "another question misses");
+        assert_eq!(
+            c.get("", &req("capital of Spain?"), now),
+            None,
+            "another question misses"
+        );
         let mut hot = req("capital of France?");
         hot.sampling.temperature = Some(1.5);
         assert_eq!(c.get("", &hot, now), None, "sampling is part of the key");

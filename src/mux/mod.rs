@@ -17,8 +17,8 @@ pub mod cache;
 mod hedge;
 mod midstream;
 mod race;
-mod shadow;
 mod run;
+mod shadow;
 pub mod tool_calls;
 mod transcript;
 

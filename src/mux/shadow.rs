@@ -31,7 +31,9 @@ pub fn maybe_start(mux: &Arc<Mux>, shadows: &Arc<Semaphore>, req: &Arc<ChatReque
         return;
     };
     let now = Instant::now();
-    let (Some(provider), Some(cfg)) = (mux.provider(route), mux.config.route(route)) else { return };
+    let (Some(provider), Some(cfg)) = (mux.provider(route), mux.config.route(route)) else {
+        return;
+    };
     let Ok(permit) = mux.health.acquire(route, now, Priority::Batch) else {
         metrics::counter!(t::SHADOW_TOTAL, "outcome" => "skipped_unavailable").increment(1);
         return;
@@ -41,7 +43,14 @@ pub fn maybe_start(mux: &Arc<Mux>, shadows: &Arc<Semaphore>, req: &Arc<ChatReque
         prefill: None,
         request_id: format!("shadow-{}", uuid::Uuid::new_v4().simple()),
     };
-    let mut attempt = Attempt::start(Arc::from(route), Arc::from(cfg.model.as_str()), Role::Hedge, provider, upstream, Some(permit));
+    let mut attempt = Attempt::start(
+        Arc::from(route),
+        Arc::from(cfg.model.as_str()),
+        Role::Hedge,
+        provider,
+        upstream,
+        Some(permit),
+    );
     let health = Arc::clone(&mux.health);
     tokio::spawn(async move {
         let _slot = slot;

@@ -27,10 +27,11 @@ impl Run {
             match self.hedge {
                 Ok(()) if self.queue.is_empty() => self.hedge = Err(NoHedge::SingleRoute),
                 Ok(()) => {
-                    let (delay, live) =
-                        self.mux
-                            .health
-                            .hedge_delay(&primary.route, &self.mux.config.hedge_for(&primary.route), primary.started);
+                    let (delay, live) = self.mux.health.hedge_delay(
+                        &primary.route,
+                        &self.mux.config.hedge_for(&primary.route),
+                        primary.started,
+                    );
                     timer = HedgeTimer::arm(primary.started, delay, live);
                 }
                 Err(_) => {}
@@ -158,7 +159,10 @@ impl Run {
             // down and hedges fire ever earlier. Only ages past the route's current hedge delay
             // carry tail information; younger losers are left out rather than biasing it down.
             let age = now.saturating_duration_since(loser.started);
-            let (delay, _) = self.mux.health.hedge_delay(&loser.route, &self.mux.config.hedge_for(&loser.route), now);
+            let (delay, _) = self
+                .mux
+                .health
+                .hedge_delay(&loser.route, &self.mux.config.hedge_for(&loser.route), now);
             if age >= delay {
                 self.mux.health.record_ttft(&loser.route, now, age);
             }

@@ -126,7 +126,10 @@ impl Run {
         {
             return None;
         }
-        self.mux.cache.lock().get(self.ctx.tenant.as_deref().unwrap_or(""), &self.req, Instant::now())
+        self.mux
+            .cache
+            .lock()
+            .get(self.ctx.tenant.as_deref().unwrap_or(""), &self.req, Instant::now())
     }
 
     /// The events of a cached answer served at L3.
