@@ -222,3 +222,30 @@ async fn shadow_share_proves_the_secondary_without_touching_the_client_stream() 
         "side-effecting requests are never shadowed"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_first_token_past_the_latency_objective_shrinks_the_admission_limit() {
+    let extra =
+        format!("{OK}\n[sim.scenarios.sluggish]\ntext = \"late\"\nttft = {{ median_ms = 400.0, sigma = 0.0 }}\n");
+    let toml = config_toml(&[("a", "openai", "sluggish")], &extra).replace(
+        "name = \"a\"\n",
+        "name = \"a\"\nconcurrency = 20\nlatency_slo_ms = 250\n",
+    );
+    let server = start(&toml).await;
+    let limit = |server: &tailcut::server::Running| {
+        let snap = server
+            .state
+            .gateway
+            .health()
+            .snapshot(tokio::time::Instant::now(), &server.state.config);
+        snap[0].admission_limit
+    };
+    assert_eq!(limit(&server), 20.0);
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.text(), "late", "a slow answer is still served");
+    assert!(
+        limit(&server) < 12.0,
+        "the breach halved the limit (one success adds back a little): {}",
+        limit(&server)
+    );
+}

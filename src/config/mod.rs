@@ -144,6 +144,9 @@ pub struct RouteConfig {
     /// Simulated routes: the scenario name (a built-in profile or `[sim.scenarios.*]`).
     pub scenario: Option<String>,
     pub hedge: bool,
+    /// A first token slower than this is a latency breach: the route's AIMD limit shrinks as
+    /// on a 429. `None`: latency never shrinks it.
+    pub latency_slo: Option<Duration>,
     /// Per-route overrides of `[hedge] percentile`, `floor_ms` and `ceiling_ms` for hedging
     /// a primary on this route.
     pub hedge_percentile: Option<f64>,

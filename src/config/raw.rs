@@ -51,6 +51,7 @@ pub struct RawRoute {
     pub stall_timeout_ms: Option<u64>,
     pub connect_timeout_ms: Option<u64>,
     pub concurrency: Option<u32>,
+    pub latency_slo_ms: Option<u64>,
     pub hedge_percentile: Option<f64>,
     pub hedge_floor_ms: Option<u64>,
     pub hedge_ceiling_ms: Option<u64>,

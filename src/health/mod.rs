@@ -190,6 +190,14 @@ impl Health {
         self.route(name).and_then(|r| r.state.lock().ttft.quantile(now, q, 20))
     }
 
+    /// A first token slower than the route's latency objective: shrink its admission limit
+    /// as an overload signal would.
+    pub fn latency_breach(&self, name: &str, now: Instant) {
+        if let Some(r) = self.route(name) {
+            r.state.lock().admission.on_overload(now);
+        }
+    }
+
     pub fn record_token_gap(&self, name: &str, now: Instant, gap: Duration) {
         if let Some(r) = self.route(name) {
             r.state.lock().gaps.record(now, gap);

@@ -152,6 +152,13 @@ impl Run {
         let now = Instant::now();
         let ttft = now.saturating_duration_since(winner.started);
         self.mux.health.record_ttft(&winner.route, now, ttft);
+        if self
+            .route_config(&winner.route)
+            .and_then(|r| r.latency_slo)
+            .is_some_and(|slo| ttft > slo)
+        {
+            self.mux.health.latency_breach(&winner.route, now);
+        }
         let had_losers = !losers.is_empty();
         for loser in &losers {
             // A loser's TTFT is censored: it was at least its age now. Without recording that,
