@@ -283,21 +283,26 @@ impl Gateway {
         if let Some(t) = tenant {
             router::apply_tenant(&mut ctx, t);
         }
+        // A client may shorten its deadline, never extend it past the server's.
+        ctx.deadline = Some(
+            ctx.deadline
+                .map_or(self.config.server.deadline, |d| d.min(self.config.server.deadline)),
+        );
         let mut needs = router::Requirements::from_ctx(&ctx).with_task(ctx.task.as_deref());
         if let Some(t) = tenant {
             needs = needs.with_tenant(t);
         }
-        let planned = {
-            let mut leases = self.mux.leases.lock();
-            let lookup = ctx
-                .session
-                .as_deref()
-                .filter(|_| self.config.leases.enabled)
-                .map(|session| router::LeaseLookup {
+        // The lease table is locked only for requests that have a session to look up.
+        let planned = match ctx.session.as_deref().filter(|_| self.config.leases.enabled) {
+            Some(session) => {
+                let mut leases = self.mux.leases.lock();
+                let lookup = router::LeaseLookup {
                     table: &mut leases,
                     session,
-                });
-            router::plan_with(&self.config, &self.health, &req, &needs, lookup, now)
+                };
+                router::plan_with(&self.config, &self.health, &req, &needs, Some(lookup), now)
+            }
+            None => router::plan_with(&self.config, &self.health, &req, &needs, None, now),
         };
         let stream = match planned {
             Ok(plan) => self.mux.run(req, ctx, plan),

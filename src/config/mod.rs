@@ -86,8 +86,13 @@ pub struct ServerConfig {
     pub ws_ping_interval: Duration,
     /// Name of the env var holding the bearer token for `/admin` writes.
     pub admin_token_env: Option<String>,
-    /// Default deadline per logical request.
+    /// Default deadline per logical request: it bounds the time to every first token (the
+    /// first attempt's, failovers', hedges' and mid-stream recoveries'). It is also the most a
+    /// client may ask for with `x-tailcut-deadline-ms`.
     pub deadline: Duration,
+    /// The longest a single answer may stream once committed; past it, the answer ends as
+    /// truncated without blaming the route.
+    pub max_stream: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +152,9 @@ pub struct RouteConfig {
     /// A first token slower than this is a latency breach: the route's AIMD limit shrinks as
     /// on a 429. `None`: latency never shrinks it.
     pub latency_slo: Option<Duration>,
+    /// An attempt with no first token for this long is failed over (hedging usually acts
+    /// long before; this catches a route that accepts and then says nothing).
+    pub first_token_timeout: Duration,
     /// Per-route overrides of `[hedge] percentile`, `floor_ms` and `ceiling_ms` for hedging
     /// a primary on this route.
     pub hedge_percentile: Option<f64>,

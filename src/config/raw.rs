@@ -17,6 +17,7 @@ pub struct RawServer {
     pub max_streams: Option<usize>,
     pub sse_keepalive_ms: Option<u64>,
     pub deadline_ms: Option<u64>,
+    pub max_stream_ms: Option<u64>,
     pub admin_token_env: Option<String>,
     pub ws: Option<RawWs>,
 }
@@ -52,6 +53,7 @@ pub struct RawRoute {
     pub connect_timeout_ms: Option<u64>,
     pub concurrency: Option<u32>,
     pub latency_slo_ms: Option<u64>,
+    pub first_token_timeout_ms: Option<u64>,
     pub hedge_percentile: Option<f64>,
     pub hedge_floor_ms: Option<u64>,
     pub hedge_ceiling_ms: Option<u64>,

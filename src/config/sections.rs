@@ -28,7 +28,8 @@ impl Validator {
             ws_send_queue: ws.send_queue.unwrap_or(256).max(1),
             ws_ping_interval: ms(ws.ping_interval_ms.unwrap_or(20_000)),
             admin_token_env: s.admin_token_env,
-            deadline: ms(s.deadline_ms.unwrap_or(60_000)),
+            deadline: ms(s.deadline_ms.unwrap_or(60_000).max(1)),
+            max_stream: ms(s.max_stream_ms.unwrap_or(600_000).max(1)),
         }
     }
 

@@ -313,6 +313,7 @@ impl Validator {
             }),
             hedge_floor: r.hedge_floor_ms.map(Duration::from_millis),
             latency_slo: r.latency_slo_ms.map(Duration::from_millis),
+            first_token_timeout: Duration::from_millis(r.first_token_timeout_ms.unwrap_or(30_000).max(1)),
             hedge_ceiling: r.hedge_ceiling_ms.map(Duration::from_millis),
             side_effecting: r.side_effecting.unwrap_or(false),
             stall_timeout: Duration::from_millis(r.stall_timeout_ms.unwrap_or(10_000)),

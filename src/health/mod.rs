@@ -27,6 +27,12 @@ use crate::gateway::Priority;
 use crate::provider::{ErrorClass, ProviderError};
 
 /// Health of every configured route, indexed by route name.
+/// How long a 429 without Retry-After cools its route.
+pub const DEFAULT_COOLING: Duration = Duration::from_secs(1);
+/// The longest an upstream's Retry-After may cool a route (a bogus huge value must not take
+/// a route away for days, nor overflow the clock).
+const MAX_COOLING: Duration = Duration::from_secs(3600);
+
 /// The shortest stall limit derived from observed gaps.
 const STALL_FLOOR: Duration = Duration::from_secs(5);
 
@@ -162,6 +168,7 @@ impl Health {
             health: Arc::clone(self),
             idx,
             resolved: false,
+            proven: false,
         })
     }
 
@@ -171,9 +178,10 @@ impl Health {
         let live = self
             .route(name)
             .and_then(|r| r.state.lock().ttft.quantile(now, cfg.percentile, cfg.min_samples));
+        // max-then-min, not clamp: a route's floor above the global ceiling must not panic.
         match live {
-            Some(d) => (d.clamp(cfg.floor, cfg.ceiling), true),
-            None => (cfg.default_delay.clamp(cfg.floor, cfg.ceiling), false),
+            Some(d) => (d.max(cfg.floor).min(cfg.ceiling), true),
+            None => (cfg.default_delay.max(cfg.floor).min(cfg.ceiling), false),
         }
     }
 
@@ -232,8 +240,11 @@ impl Health {
                     ttft_p99_ms: ms(s.ttft.quantile(now, 0.99, 1)),
                     ttft_samples: s.ttft.samples(now),
                     hedge_delay_ms: ms(s.ttft.quantile(now, cfg.percentile, cfg.min_samples))
-                        .map(|d| d.clamp(cfg.floor.as_secs_f64() * 1e3, cfg.ceiling.as_secs_f64() * 1e3))
-                        .unwrap_or(cfg.default_delay.as_secs_f64() * 1e3),
+                        .map(|d| {
+                            d.max(cfg.floor.as_secs_f64() * 1e3)
+                                .min(cfg.ceiling.as_secs_f64() * 1e3)
+                        })
+                        .unwrap_or(cfg.default_delay.max(cfg.floor).min(cfg.ceiling).as_secs_f64() * 1e3),
                     breaker: match s.breaker.state(now) {
                         BreakerState::Closed => "closed".into(),
                         BreakerState::Open { .. } => "open".into(),
@@ -299,6 +310,9 @@ pub struct RoutePermit {
     health: Arc<Health>,
     idx: usize,
     resolved: bool,
+    /// A first token arrived: the breaker already counted this attempt a success (a half-open
+    /// probe closes at its first token, not at the end of a long answer).
+    proven: bool,
 }
 
 impl RoutePermit {
@@ -306,9 +320,19 @@ impl RoutePermit {
         &self.health.routes[self.idx].name
     }
 
+    /// The attempt produced its first token: the route works, whatever happens later.
+    pub fn first_token(&mut self, now: Instant) {
+        if !self.proven {
+            self.health.routes[self.idx].state.lock().breaker.on_success(now);
+            self.proven = true;
+        }
+    }
+
     pub fn success(mut self, now: Instant) {
         let mut s = self.health.routes[self.idx].state.lock();
-        s.breaker.on_success(now);
+        if !self.proven {
+            s.breaker.on_success(now);
+        }
         s.admission.on_success();
         s.outcomes.record(now, true);
         self.resolved = true;
@@ -319,14 +343,14 @@ impl RoutePermit {
         if err.class.counts_against_route() {
             s.breaker.on_failure(now);
             s.outcomes.record(now, false);
-        } else {
+        } else if !self.proven {
             s.breaker.release_probe();
         }
         if matches!(err.class, ErrorClass::RateLimited | ErrorClass::Unavailable) {
             s.admission.on_overload(now);
         }
         if err.class == ErrorClass::RateLimited {
-            let wait = err.retry_after.unwrap_or(Duration::from_secs(1));
+            let wait = err.retry_after.unwrap_or(DEFAULT_COOLING).min(MAX_COOLING);
             let until = now + wait;
             s.cooling_until = Some(s.cooling_until.map_or(until, |u| u.max(until)));
         }
@@ -338,7 +362,7 @@ impl Drop for RoutePermit {
     fn drop(&mut self) {
         let mut s = self.health.routes[self.idx].state.lock();
         s.admission.release();
-        if !self.resolved {
+        if !self.resolved && !self.proven {
             s.breaker.release_probe();
         }
     }

@@ -22,6 +22,9 @@ pub enum AttemptEvent {
     Usage(Usage),
     Finished(FinishReason),
     Failed(ProviderError),
+    /// The upstream is alive but nothing is visible yet (a tool-call fragment): resets the
+    /// stall timer, never a token, never forwarded.
+    Progress,
 }
 
 impl AttemptEvent {
@@ -84,6 +87,13 @@ impl Attempt {
         }
     }
 
+    /// A finished placeholder for a route whose attempt was dropped.
+    pub fn closed(route: &Arc<str>) -> Self {
+        let mut a = Attempt::from_events(route, Role::Recovery, futures::stream::empty());
+        a.route = Arc::clone(route);
+        a
+    }
+
     pub fn poll_event(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<AttemptEvent>> {
         let poll = self.events.poll_next_unpin(cx);
         if let std::task::Poll::Ready(Some(ev)) = &poll {
@@ -96,6 +106,13 @@ impl Attempt {
 
     pub async fn next_event(&mut self) -> Option<AttemptEvent> {
         std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    /// The attempt produced its first token (it won its race): tell the route's breaker.
+    pub fn first_token(&mut self, now: Instant) {
+        if let Some(permit) = self.permit.as_mut() {
+            permit.first_token(now);
+        }
     }
 
     /// Reports the outcome to the route's health.
@@ -124,16 +141,11 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
         let mut finish: Option<FinishReason> = None;
         while let Some(item) = upstream.next().await {
             match item {
-                Ok(Delta::Text(t)) => {
-                    if assembler.has_open_call() {
-                        // Text between tool-call fragments is legal but never interleaved
-                        // with a half-sent call on our side: calls leave whole at the end.
-                    }
-                    yield AttemptEvent::Text(t);
-                }
+                // Text between tool-call fragments is legal; calls still leave whole at the end.
+                Ok(Delta::Text(t)) => yield AttemptEvent::Text(t),
                 Ok(Delta::ToolFragment(f)) => match assembler.push(f) {
                     Ok(true) => yield AttemptEvent::ToolStarted,
-                    Ok(false) => {}
+                    Ok(false) => yield AttemptEvent::Progress,
                     Err(e) => {
                         yield AttemptEvent::Failed(ProviderError::new(e.class(), e.to_string()));
                         return;
@@ -144,6 +156,7 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                         yield AttemptEvent::Failed(ProviderError::new(e.class(), e.to_string()));
                         return;
                     }
+                    yield AttemptEvent::Progress;
                 }
                 Ok(Delta::Usage(u)) => yield AttemptEvent::Usage(u),
                 Ok(Delta::Finish(reason)) => {
@@ -161,6 +174,8 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                         }
                     }
                 }
+                // After the terminal signal the answer is complete; a late error changes nothing.
+                Err(_) if finish.is_some() => break,
                 Err(e) => {
                     yield AttemptEvent::Failed(e);
                     return;

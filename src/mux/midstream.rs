@@ -28,6 +28,10 @@ use super::transcript::Transcript;
 
 /// Is `policy` possible for this answer right now?
 pub fn applicable(policy: MidStreamPolicy, rtype: ResponseType, transcript: &Transcript, prefill_route: bool) -> bool {
+    if transcript.overflowed && policy != MidStreamPolicy::Truncate {
+        // Too long to compare or continue from: only an honest end is left.
+        return false;
+    }
     match policy {
         MidStreamPolicy::Restart | MidStreamPolicy::Truncate => true,
         MidStreamPolicy::Continue => {

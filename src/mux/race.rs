@@ -46,6 +46,19 @@ impl Race {
         .await
     }
 
+    /// The attempt that will first go too long without a first token (`timeout` per route):
+    /// its position and when.
+    pub fn first_token_due(
+        &self,
+        timeout: impl Fn(&str) -> std::time::Duration,
+    ) -> Option<(usize, tokio::time::Instant)> {
+        self.attempts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i, a.started + timeout(&a.route)))
+            .min_by_key(|(_, at)| *at)
+    }
+
     pub fn take(&mut self, i: usize) -> Attempt {
         self.attempts.remove(i)
     }

@@ -85,10 +85,12 @@ impl ErrorClass {
     }
 
     /// Does this failure say something about the route's health (breaker, error rate)?
+    /// A 429 does not: it cools the route for its Retry-After and shrinks its admission
+    /// limit, but a rate-limited route is not a broken one.
     pub fn counts_against_route(self) -> bool {
         matches!(
             self,
-            ErrorClass::RateLimited | ErrorClass::Unavailable | ErrorClass::Timeout | ErrorClass::Protocol
+            ErrorClass::Unavailable | ErrorClass::Timeout | ErrorClass::Protocol
         )
     }
 

@@ -40,68 +40,125 @@ impl Run {
         race.push(primary);
         // A transient failure retried once on the same route before a lower rung: (route, when).
         let mut retry: Option<(Candidate, Instant)> = None;
+        // A failure that forbids failover (400, 401, refusal) while other attempts still run:
+        // no new attempt starts, and it is the answer if none of those succeeds.
+        let mut fatal: Option<ProviderError> = None;
         loop {
             if race.is_empty() && retry.is_none() {
+                if let Some(err) = fatal.take() {
+                    return Err(self.error_event(&err));
+                }
                 let Some(next) = self.start_next(Role::Failover, prefill) else {
                     return Err(self.exhausted());
                 };
                 race.push(next);
             }
             let retry_at = retry.as_ref().map(|r| r.1);
-            tokio::select! {
-                (i, ev) = race.next() => match ev {
-                    ev @ (AttemptEvent::Text(_) | AttemptEvent::ToolStarted | AttemptEvent::ToolCall(_) | AttemptEvent::Finished(_)) => {
-                        let winner = race.take(i);
+            let silent = race.first_token_due(|route| self.first_token_timeout(route));
+            let step = tokio::select! {
+                // Events first: a first token that is ready wins over a timer due at once.
+                biased;
+                (i, ev) = race.next() => Step::Event(i, ev),
+                _ = sleep_until_some(silent.map(|s| s.1)) => Step::Silent(silent.map_or(0, |s| s.0)),
+                _ = sleep_until_some(retry_at) => Step::Retry,
+                _ = timer.due() => Step::Hedge,
+                _ = tokio::time::sleep_until(self.deadline) => Step::Deadline,
+            };
+            let (mut failed, err) = match step {
+                Step::Event(i, ev) => match ev {
+                    AttemptEvent::Text(_) | AttemptEvent::ToolStarted | AttemptEvent::ToolCall(_) => {
+                        let mut winner = race.take(i);
                         let losers = race.drain();
-                        self.commit(&winner, losers);
+                        self.commit(&mut winner, losers);
                         return Ok((winner, ev));
                     }
-                    AttemptEvent::Failed(err) => {
-                        let mut failed = race.take(i);
-                        self.record_failure(&mut failed, &err);
-                        if failed.role == Role::Primary {
-                            timer.disarm();
-                        }
-                        if !err.is_retryable() {
-                            return Err(self.error_event(&err));
-                        }
-                        if retry.is_none() {
-                            if let Some(at) = self.same_route_retry(&failed, &err) {
-                                if let Some(candidate) = self.planned.iter().find(|c| *c.route == *failed.route) {
-                                    retry = Some((candidate.clone(), at));
-                                    continue;
-                                }
-                            }
-                        }
-                        if race.len() < max_concurrent {
-                            if let Some(next) = self.start_next(Role::Failover, prefill) {
-                                race.push(next);
-                            }
-                        }
+                    // An answer without content is only taken when nothing else is running:
+                    // the first *content* token wins a race.
+                    AttemptEvent::Finished(_) if race.len() == 1 && retry.is_none() => {
+                        let mut winner = race.take(i);
+                        self.commit(&mut winner, Vec::new());
+                        return Ok((winner, ev));
                     }
-                    AttemptEvent::Usage(_) => {}
+                    AttemptEvent::Finished(_) => {
+                        drop(race.take(i));
+                        continue;
+                    }
+                    AttemptEvent::Failed(err) => (race.take(i), err),
+                    AttemptEvent::Usage(_) | AttemptEvent::Progress => continue,
                 },
-                _ = sleep_until_some(retry_at) => {
+                Step::Silent(i) => {
+                    let attempt = race.take(i);
+                    let limit = self.first_token_timeout(&attempt.route);
+                    let err = ProviderError::new(
+                        ErrorClass::Timeout,
+                        format!("no first token within {} ms", limit.as_millis()),
+                    );
+                    (attempt, err)
+                }
+                Step::Retry => {
                     if let Some((candidate, _)) = retry.take() {
                         self.queue.push_front(candidate);
                         if let Some(next) = self.start_next(Role::Failover, prefill) {
                             race.push(next);
                         }
                     }
+                    continue;
                 }
-                _ = timer.due() => {
+                Step::Hedge => {
                     timer.disarm();
-                    self.fire_hedge(&mut race, &timer, max_concurrent, prefill);
-                }
-                _ = tokio::time::sleep_until(self.deadline) => {
-                    let err = ProviderError::new(ErrorClass::Timeout, "request deadline exceeded before the first token");
-                    for mut a in race.drain() {
-                        self.record_failure(&mut a, &err);
+                    if fatal.is_none() {
+                        self.fire_hedge(&mut race, &timer, max_concurrent, prefill);
                     }
+                    continue;
+                }
+                Step::Deadline => {
+                    // The request ran out of time: that is not the routes' fault, so the
+                    // attempts are dropped without judging them.
+                    let err =
+                        ProviderError::new(ErrorClass::Timeout, "request deadline exceeded before the first token");
+                    for mut a in race.drain() {
+                        self.record_abandoned(&mut a, &err);
+                    }
+                    return Err(self.error_event(fatal.as_ref().unwrap_or(&err)));
+                }
+            };
+            let (role, route, tokens) = (failed.role, Arc::clone(&failed.route), failed.tokens);
+            self.record_failure(&mut failed, &err);
+            drop(failed);
+            if role == Role::Primary {
+                timer.disarm();
+            }
+            if !err.is_retryable() {
+                if race.is_empty() {
                     return Err(self.error_event(&err));
+                }
+                timer.disarm();
+                fatal.get_or_insert(err);
+                continue;
+            }
+            if fatal.is_some() {
+                continue;
+            }
+            if retry.is_none() {
+                if let Some(at) = self.same_route_retry(&route, tokens, &err) {
+                    retry = Some(at);
+                    continue;
+                }
+            }
+            // A failed hedge does not start a third attempt beside a running primary: that
+            // would be a second hedge outside the hedge budget.
+            if (role != Role::Hedge || race.is_empty()) && race.len() < max_concurrent {
+                if let Some(next) = self.start_next(Role::Failover, prefill) {
+                    race.push(next);
                 }
             }
         }
+    }
+
+    /// How long an attempt on `route` may go without a first token before it is failed over.
+    fn first_token_timeout(&self, route: &str) -> Duration {
+        self.route_config(route)
+            .map_or(Duration::from_secs(30), |r| r.first_token_timeout)
     }
 
     pub(super) fn fire_hedge(
@@ -111,7 +168,6 @@ impl Run {
         max_concurrent: usize,
         prefill: Option<&str>,
     ) {
-        let now = Instant::now();
         let skip = |reason: &'static str| {
             metrics::counter!(t::HEDGES_TOTAL, "result" => "skipped").increment(1);
             metrics::counter!(t::HEDGE_SKIPPED_TOTAL, "reason" => reason).increment(1);
@@ -122,12 +178,11 @@ impl Run {
         if self.queue.is_empty() {
             return skip("no_route");
         }
-        if !self.mux.budget_withdraw(now) {
-            return skip("budget");
-        }
         let primary = race.routes().next().unwrap_or_default().to_string();
+        let skipped_before = self.skipped.len();
         let Some(hedge) = self.start_next(Role::Hedge, prefill) else {
-            return skip("no_route");
+            let budget = self.skipped[skipped_before..].iter().any(|s| s.1.contains("budget"));
+            return skip(if budget { "budget" } else { "no_route" });
         };
         metrics::counter!(t::HEDGES_TOTAL, "result" => "fired").increment(1);
         if let Some(h) = self.mux.health.route(&hedge.route) {
@@ -148,8 +203,9 @@ impl Run {
     }
 
     /// The first content token arrived on `winner`: drop every other attempt now.
-    pub(super) fn commit(&mut self, winner: &Attempt, losers: Vec<Attempt>) {
+    pub(super) fn commit(&mut self, winner: &mut Attempt, losers: Vec<Attempt>) {
         let now = Instant::now();
+        winner.first_token(now);
         let ttft = now.saturating_duration_since(winner.started);
         self.mux.health.record_ttft(&winner.route, now, ttft);
         if self
@@ -189,7 +245,8 @@ impl Run {
         }
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());
-        if self.hedge.is_ok() {
+        // Shadows are for any request a second upstream may safely see.
+        if !matches!(self.hedge, Err(NoHedge::ClientOff | NoHedge::SideEffecting)) {
             if let Some(next) = self.queue.iter().find(|c| *c.route != *winner.route) {
                 crate::mux::shadow::maybe_start(&self.mux, &self.mux.shadows, &self.req, &next.route, self.deadline);
             }
@@ -213,8 +270,21 @@ impl Run {
                 c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        metrics::histogram!(t::CLIENT_TTFT_SECONDS).record(now.saturating_duration_since(self.started).as_secs_f64());
+        if self.recoveries == 0 {
+            metrics::histogram!(t::CLIENT_TTFT_SECONDS)
+                .record(now.saturating_duration_since(self.started).as_secs_f64());
+        }
     }
+}
+
+/// What woke the race up.
+enum Step {
+    Event(usize, AttemptEvent),
+    /// The attempt at this position has gone without a first token for too long.
+    Silent(usize),
+    Retry,
+    Hedge,
+    Deadline,
 }
 
 pub(super) async fn sleep_until_some(at: Option<Instant>) {

@@ -7,24 +7,34 @@ impl Run {
     /// Same route or next route: an equal-rung route is preferred at once, but when the next
     /// route is a lower rung, a transient failure (5xx, reset, or a 429 whose Retry-After
     /// fits the deadline) is retried once on the same route first. Returns when to retry.
-    pub(super) fn same_route_retry(&mut self, failed: &Attempt, err: &ProviderError) -> Option<Instant> {
-        if !matches!(err.class, ErrorClass::Unavailable | ErrorClass::RateLimited) || failed.tokens > 0 {
+    pub(super) fn same_route_retry(
+        &mut self,
+        route: &str,
+        tokens: u32,
+        err: &ProviderError,
+    ) -> Option<(Candidate, Instant)> {
+        if !matches!(err.class, ErrorClass::Unavailable | ErrorClass::RateLimited) || tokens > 0 {
             return None;
         }
-        if !self.retried.insert(failed.route.to_string()) {
-            return None;
-        }
-        let level = self.route_config(&failed.route)?.level;
+        let level = self.route_config(route)?.level;
         let next_level = self.queue.front().map(|c| c.level)?;
-        if next_level <= level {
+        if next_level <= level || self.retried.contains(route) {
             return None;
         }
-        let wait = err.retry_after.unwrap_or_else(|| {
+        let wait = match (err.retry_after, err.class) {
+            (Some(after), _) => after,
+            // A 429 without a hint cools the route for a second (`Health`); sooner is refused.
+            (None, ErrorClass::RateLimited) => crate::health::DEFAULT_COOLING,
             // Jittered backoff so a fleet of retries does not arrive in step.
-            Duration::from_millis(rand::random_range(100..=300))
-        });
-        let at = Instant::now() + wait;
-        (at + Duration::from_millis(10) < self.deadline).then_some(at)
+            (None, _) => Duration::from_millis(rand::random_range(100..=300)),
+        };
+        let at = Instant::now().checked_add(wait)?;
+        if at + Duration::from_millis(10) >= self.deadline {
+            return None;
+        }
+        let candidate = self.planned.iter().find(|c| c.route == route)?.clone();
+        self.retried.insert(route.to_string());
+        Some((candidate, at))
     }
 
     /// Starts an attempt on the next usable route in plan order (needing prefill support
@@ -56,14 +66,6 @@ impl Run {
                 self.skipped.push((candidate.route, why, None));
                 continue;
             }
-            if let Some(why) = self.spend_budgets(role, &candidate.route, now) {
-                let stop = why == "retry budget spent";
-                self.skipped.push((candidate.route, why.into(), None));
-                if stop {
-                    return None;
-                }
-                continue;
-            }
             let permit = match self.mux.health.acquire(&candidate.route, now, self.ctx.priority) {
                 Ok(p) => p,
                 Err(why) => {
@@ -76,6 +78,17 @@ impl Run {
                     continue;
                 }
             };
+            // Budgets are spent only for an attempt that can really start (the permit is
+            // released if a budget says no).
+            if let Some(why) = self.spend_budgets(role, &candidate.route, now) {
+                drop(permit);
+                let stop = why.ends_with("budget spent");
+                self.skipped.push((candidate.route, why.into(), None));
+                if stop {
+                    return None;
+                }
+                continue;
+            }
             let (Some(provider), Some(route)) =
                 (self.mux.provider(&candidate.route), self.route_config(&candidate.route))
             else {
@@ -112,14 +125,12 @@ impl Run {
     /// failover or recovery also the route's blast-radius allowance (hedges have their own
     /// budget). `Some(reason)` when a budget said no.
     pub(super) fn spend_budgets(&mut self, role: Role, route: &str, now: Instant) -> Option<&'static str> {
-        if self.mux.health.availability(route, now).is_err() {
-            return None; // `acquire` will pass it over with the precise reason
-        }
         let verdict = match role {
             Role::Primary => {
                 self.mux.blast_deposit(route, now);
                 None
             }
+            Role::Hedge if !self.mux.budget_withdraw(now) => Some("hedge budget spent"),
             _ if !self.mux.retry_withdraw(now) => Some("retry budget spent"),
             Role::Failover | Role::Recovery if !self.mux.blast_withdraw(route, now) => Some("blast radius cap"),
             _ => None,

@@ -56,25 +56,36 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
         let mut pending = Some(first);
         let mut seam = Seam::Pass;
         let mut last_token = Instant::now();
+        // Computed once per attempt: it reads the route's gap histogram.
+        let mut stall = run.stall_limit(&cur.route);
+        let capped_at = last_token + run.mux.config.server.max_stream;
         loop {
             // The first event of an attempt comes from the race, not after a gap: it must not
             // enter the inter-token window (a zero gap would tighten every stall limit).
             let (ev, after_gap) = match pending.take() {
                 Some(ev) => (ev, false),
                 None => {
-                    let stall = run.stall_limit(&cur.route);
                     let ev = tokio::select! {
+                        biased;
                         ev = cur.next_event() => ev.unwrap_or_else(|| AttemptEvent::Failed(
                             ProviderError::new(ErrorClass::Protocol, "attempt ended without an outcome"))),
                         _ = tokio::time::sleep_until(last_token + stall) => AttemptEvent::Failed(ProviderError::new(
                             ErrorClass::Timeout, format!("stalled: no token for {} ms", stall.as_millis()))),
-                        _ = tokio::time::sleep_until(run.deadline) => AttemptEvent::Failed(
-                            ProviderError::new(ErrorClass::Timeout, "request deadline exceeded mid-stream")),
+                        _ = tokio::time::sleep_until(capped_at) => {
+                            // Our own cap, not the route's failure: end honestly, blame no one.
+                            let err = ProviderError::new(ErrorClass::Timeout, "answer exceeded the maximum stream duration");
+                            run.record_abandoned(&mut cur, &err);
+                            run.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                            run.log_outcome("truncated");
+                            yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope: run.env.clone() };
+                            return;
+                        }
                     };
                     (ev, true)
                 }
             };
             match ev {
+                AttemptEvent::Progress => last_token = Instant::now(),
                 AttemptEvent::Text(text) => {
                     let now = Instant::now();
                     if after_gap {
@@ -145,24 +156,39 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
                 AttemptEvent::Failed(err) => {
                     run.record_failure(&mut cur, &err);
                     metrics::counter!(t::MIDSTREAM_TOTAL, "class" => err.class.as_str()).increment(1);
-                    match run.recover(&cur.route).await {
+                    // Close the failed upstream now, not when a recovery commits.
+                    let failed_route = Arc::clone(&cur.route);
+                    drop(std::mem::replace(&mut cur, Attempt::closed(&failed_route)));
+                    match run.recover(&failed_route).await {
                         Recovery::Restart { attempt, first, reset } => {
                             if let Some(reason) = reset {
                                 yield StreamEvent::Reset { reason };
                             }
                             seam = if run.transcript.visible() { Seam::swallow(&run.transcript.text) } else { Seam::Pass };
                             cur = attempt;
+                            stall = run.stall_limit(&cur.route);
                             pending = Some(first);
                             last_token = Instant::now();
                         }
                         Recovery::Continue { attempt, first } => {
                             if run.ctx.dialect.can_reset() {
-                                yield StreamEvent::RouteSwitch { from: cur.route.to_string(), to: attempt.route.to_string() };
+                                yield StreamEvent::RouteSwitch { from: failed_route.to_string(), to: attempt.route.to_string() };
                             }
                             seam = Seam::trim(&run.transcript.text);
                             cur = attempt;
+                            stall = run.stall_limit(&cur.route);
                             pending = Some(first);
                             last_token = Instant::now();
+                        }
+                        Recovery::Done(reason) => {
+                            if run.req.include_usage {
+                                if let Some(u) = run.usage {
+                                    yield StreamEvent::Usage(u);
+                                }
+                            }
+                            run.log_outcome("completed");
+                            yield StreamEvent::Finish { reason, envelope: run.env.clone() };
+                            return;
                         }
                         Recovery::Truncate => {
                             run.log_outcome("truncated");
@@ -191,6 +217,8 @@ enum Recovery {
         first: AttemptEvent,
     },
     Truncate,
+    /// The answer was already complete (its tool calls were sent): finish with this reason.
+    Done(FinishReason),
     Fail(ErrorEvent),
 }
 

@@ -3,7 +3,17 @@
 
 use super::*;
 
+/// The longest Retry-After a client is told.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
 impl Run {
+    /// An attempt dropped for a reason that is not its route's fault (the request's own
+    /// deadline, the stream-length cap): told in the envelope, never held against the route.
+    pub(super) fn record_abandoned(&mut self, attempt: &mut Attempt, err: &ProviderError) {
+        attempt.permit = None;
+        self.push_failed(attempt, err);
+    }
+
     pub(super) fn record_failure(&mut self, attempt: &mut Attempt, err: &ProviderError) {
         attempt.resolve(Err(err));
         metrics::counter!(t::UPSTREAM_ERRORS_TOTAL, "route" => attempt.route.to_string(), "class" => err.metric_label()).increment(1);
@@ -12,6 +22,10 @@ impl Run {
             tracing::error!(route = %attempt.route, status = ?err.status, "upstream rejected tailcut's credentials: check the route's api_key_env");
         }
         self.retry_hints.extend(err.retry_after);
+        self.push_failed(attempt, err);
+    }
+
+    fn push_failed(&mut self, attempt: &Attempt, err: &ProviderError) {
         let now = Instant::now();
         self.env.fell_back_from.push(FailedAttempt {
             route: attempt.route.to_string(),
@@ -74,10 +88,14 @@ impl Run {
             ),
             _ => (err.message.clone(), err.class.http_status()),
         };
-        let retry_after = err.retry_after.or_else(|| {
-            (err.class == ErrorClass::RateLimited)
-                .then(|| self.retry_hints.iter().min().copied().unwrap_or(Duration::from_secs(1)))
-        });
+        let retry_after = err
+            .retry_after
+            .or_else(|| {
+                (err.class == ErrorClass::RateLimited)
+                    .then(|| self.retry_hints.iter().min().copied().unwrap_or(Duration::from_secs(1)))
+            })
+            // An upstream's absurd hint is not passed on as is.
+            .map(|d| d.min(MAX_RETRY_AFTER));
         ErrorEvent {
             class: err.class,
             status,

@@ -12,6 +12,10 @@ impl Run {
             return Recovery::Truncate;
         }
         self.recoveries += 1;
+        if self.transcript.tool_calls > 0 {
+            // Tool calls leave only at the answer's end: the answer was complete.
+            return Recovery::Done(FinishReason::ToolCalls);
+        }
         if !self.transcript.visible() {
             // Nothing the client would have to unsee: a seamless restart in every dialect.
             self.transcript.clear();
@@ -35,19 +39,7 @@ impl Run {
         match policy {
             MidStreamPolicy::Truncate => Recovery::Truncate,
             MidStreamPolicy::Restart => match self.first_token(false, None).await {
-                Ok((attempt, first)) => {
-                    let reset = if self.ctx.dialect.can_reset() {
-                        self.env.resets += 1;
-                        self.transcript.clear();
-                        Some(format!(
-                            "{failed_route} failed mid-stream; restarted on {}",
-                            attempt.route
-                        ))
-                    } else {
-                        None
-                    };
-                    Recovery::Restart { attempt, first, reset }
-                }
+                Ok((attempt, first)) => self.restarted(failed_route, attempt, first),
                 Err(_) => {
                     self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
                     Recovery::Truncate
@@ -60,6 +52,17 @@ impl Run {
                         self.env.route_switches += 1;
                         Recovery::Continue { attempt, first }
                     }
+                    // No route could continue: the type's fallback, if it is a restart.
+                    Err(_) if pair.1 == MidStreamPolicy::Restart => {
+                        self.env.policy = Some(MidStreamPolicy::Restart.as_str().into());
+                        match self.first_token(false, None).await {
+                            Ok((attempt, first)) => self.restarted(failed_route, attempt, first),
+                            Err(_) => {
+                                self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                                Recovery::Truncate
+                            }
+                        }
+                    }
                     Err(_) => {
                         self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
                         Recovery::Truncate
@@ -67,6 +70,21 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// A restart committed on `attempt`: a client that can be told gets a reset.
+    fn restarted(&mut self, failed_route: &str, attempt: Attempt, first: AttemptEvent) -> Recovery {
+        let reset = if self.ctx.dialect.can_reset() {
+            self.env.resets += 1;
+            self.transcript.clear();
+            Some(format!(
+                "{failed_route} failed mid-stream; restarted on {}",
+                attempt.route
+            ))
+        } else {
+            None
+        };
+        Recovery::Restart { attempt, first, reset }
     }
 
     /// A restart the client could not be told about produced a different answer.
