@@ -3,6 +3,7 @@
 mod hedge;
 mod overhead;
 mod plot;
+mod process;
 
 pub use hedge::{hedge, HedgeArgs};
 pub use overhead::{overhead, OverheadArgs};
