@@ -84,6 +84,17 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
                     (ev, true)
                 }
             };
+            if matches!(ev, AttemptEvent::ToolCall(_) | AttemptEvent::Finished(_)) {
+                // Whatever the seam still holds is settled before a tool call or the end.
+                match run.close_seam(&mut seam) {
+                    Err(Diverged) => {
+                        yield run.diverged(&cur);
+                        return;
+                    }
+                    Ok(Some(held)) => yield StreamEvent::TextDelta(held),
+                    Ok(None) => {}
+                }
+            }
             match ev {
                 AttemptEvent::Progress => last_token = Instant::now(),
                 AttemptEvent::Text(text) => {
@@ -110,18 +121,6 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
                 }
                 AttemptEvent::ToolCall(call) => {
                     last_token = Instant::now();
-                    match seam.finish() {
-                        SeamOut::Diverged => {
-                            yield run.diverged(&cur);
-                            return;
-                        }
-                        SeamOut::Emit(s) if !s.is_empty() => {
-                            run.transcript.push_text(&s);
-                            yield StreamEvent::TextDelta(s);
-                        }
-                        _ => {}
-                    }
-                    seam = Seam::Pass;
                     run.transcript.tool_calls += 1;
                     run.transcript.tool_open = false;
                     if run.mux.config.cache.enabled {
@@ -131,17 +130,6 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
                 }
                 AttemptEvent::Usage(u) => run.usage = Some(u),
                 AttemptEvent::Finished(reason) => {
-                    match seam.finish() {
-                        SeamOut::Diverged => {
-                            yield run.diverged(&cur);
-                            return;
-                        }
-                        SeamOut::Emit(s) if !s.is_empty() => {
-                            run.transcript.push_text(&s);
-                            yield StreamEvent::TextDelta(s);
-                        }
-                        _ => {}
-                    }
                     cur.resolve(Ok(()));
                     run.remember(&cur.route, reason);
                     if run.req.include_usage {
@@ -205,6 +193,9 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
         }
     })
 }
+
+/// A restart the client could not be told about did not reproduce what it was sent.
+struct Diverged;
 
 enum Recovery {
     Restart {
@@ -300,6 +291,20 @@ impl Run {
             .route_config(route)
             .map_or(Duration::from_secs(10), |r| r.stall_timeout);
         self.mux.health.stall_limit(route, configured, Instant::now())
+    }
+
+    /// Ends the seam: held continuation text to send, or `Diverged` when a swallowed restart
+    /// ended short of what the client already has.
+    fn close_seam(&mut self, seam: &mut Seam) -> Result<Option<String>, Diverged> {
+        let out = match std::mem::replace(seam, Seam::Pass).finish() {
+            SeamOut::Diverged => return Err(Diverged),
+            SeamOut::Emit(s) if !s.is_empty() => Some(s),
+            _ => None,
+        };
+        if let Some(s) = &out {
+            self.transcript.push_text(s);
+        }
+        Ok(out)
     }
 
     fn since_start(&self, now: Instant) -> u64 {
