@@ -175,7 +175,11 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(server.max_header_bytes as u32);
+        .max_header_list_size(server.max_header_bytes as u32)
+        // Pings find HTTP/2 peers that vanished without closing, so their connection permit
+        // and streams are released.
+        .keep_alive_interval(Some(std::time::Duration::from_secs(20)))
+        .keep_alive_timeout(std::time::Duration::from_secs(20));
     let connections = Arc::new(Semaphore::new(server.max_connections));
     let graceful = GracefulShutdown::new();
     let app = app(state.clone());
