@@ -341,19 +341,9 @@ async fn no_free_stream_permit_is_a_503_with_retry_after() {
          [models.chat]\nroutes = [\"a\"]\n"
     );
     let server = start(&toml).await;
-    let first = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(true))
-        .send()
-        .await
-        .expect("sent");
+    let first = post_chat(&server, &chat_body(true)).await;
     assert_eq!(first.status(), 200, "the first stream takes the only permit");
-    let second = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(true))
-        .send()
-        .await
-        .expect("sent");
+    let second = post_chat(&server, &chat_body(true)).await;
     assert_eq!(second.status(), 503, "no permit left");
     assert_eq!(second.headers()["retry-after"], "1");
     let body: Value = second.json().await.expect("JSON");

@@ -95,12 +95,7 @@ async fn oversized_body_is_a_413_with_a_json_error() {
 async fn shutdown_drains_in_flight_streams_and_stops_accepting() {
     let server = start(&config_toml(&[("a", "openai", "steady")], QUICK)).await;
     let addr = server.addr;
-    let resp = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(true))
-        .send()
-        .await
-        .expect("sent");
+    let resp = post_chat(&server, &chat_body(true)).await;
     assert_eq!(resp.status(), 200);
     let mut body = resp.bytes_stream();
     let mut raw = String::new();

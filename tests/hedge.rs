@@ -40,6 +40,13 @@ fn preload(server: &tailcut::server::Running, name: &str, p95: Duration) {
     }
 }
 
+/// A server over `routes` whose route "a" has a live p95 TTFT of 300 ms.
+async fn start_preloaded(routes: &[(&str, &str, &str)]) -> tailcut::server::Running {
+    let server = start(&config_toml(routes, SCENARIOS)).await;
+    preload(&server, "a", Duration::from_millis(300));
+    server
+}
+
 fn by_scenario<'a>(log: &'a [SimRecord], scenario: &str) -> Vec<&'a SimRecord> {
     log.iter().filter(|r| r.scenario == scenario).collect()
 }
@@ -50,12 +57,7 @@ fn ms_between(a: Instant, b: Instant) -> f64 {
 
 #[tokio::test(start_paused = true)]
 async fn hedge_fires_after_p95_ttft() {
-    let server = start(&config_toml(
-        &[("a", "openai", "slow"), ("b", "openai", "fast")],
-        SCENARIOS,
-    ))
-    .await;
-    preload(&server, "a", Duration::from_millis(300));
+    let server = start_preloaded(&[("a", "openai", "slow"), ("b", "openai", "fast")]).await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.text(), "fast hedge answer", "the hedge won");
@@ -95,12 +97,7 @@ async fn route_hedge_ceiling_overrides_the_global_one() {
 
 #[tokio::test(start_paused = true)]
 async fn hedge_not_fired_when_primary_is_fast() {
-    let server = start(&config_toml(
-        &[("a", "openai", "quick-primary"), ("b", "openai", "fast")],
-        SCENARIOS,
-    ))
-    .await;
-    preload(&server, "a", Duration::from_millis(300));
+    let server = start_preloaded(&[("a", "openai", "quick-primary"), ("b", "openai", "fast")]).await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.text(), "quick primary answer");
     let log = server.sim.as_ref().expect("sim").log();
@@ -113,12 +110,7 @@ async fn hedge_not_fired_when_primary_is_fast() {
 
 #[tokio::test(start_paused = true)]
 async fn loser_connection_is_closed() {
-    let server = start(&config_toml(
-        &[("a", "openai", "slow"), ("b", "openai", "fast")],
-        SCENARIOS,
-    ))
-    .await;
-    preload(&server, "a", Duration::from_millis(300));
+    let server = start_preloaded(&[("a", "openai", "slow"), ("b", "openai", "fast")]).await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     assert_eq!(reply.status, 200);
     let log = wait_for_log(&server, "loser closed", |l| {
@@ -141,12 +133,7 @@ async fn loser_connection_is_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn no_loser_event_reaches_the_sse_client() {
-    let server = start(&config_toml(
-        &[("a", "openai", "slow"), ("b", "anthropic", "fast")],
-        SCENARIOS,
-    ))
-    .await;
-    preload(&server, "a", Duration::from_millis(300));
+    let server = start_preloaded(&[("a", "openai", "slow"), ("b", "anthropic", "fast")]).await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
     let chunks = reply.chunks();
     let roles = chunks
@@ -165,12 +152,7 @@ async fn no_loser_event_reaches_the_sse_client() {
 #[tokio::test(start_paused = true)]
 async fn no_loser_event_reaches_the_ws_client() {
     use futures::SinkExt;
-    let server = start(&config_toml(
-        &[("a", "openai", "slow"), ("b", "anthropic", "fast")],
-        SCENARIOS,
-    ))
-    .await;
-    preload(&server, "a", Duration::from_millis(300));
+    let server = start_preloaded(&[("a", "openai", "slow"), ("b", "anthropic", "fast")]).await;
     let mut ws = ws_connect(&server, None).await.expect("websocket");
     ws.send(ws_chat("h1")).await.expect("sent");
     let mut messages = Vec::new();
@@ -203,12 +185,7 @@ async fn no_loser_event_reaches_the_ws_client() {
 
 #[tokio::test(start_paused = true)]
 async fn side_effecting_requests_never_hedge() {
-    let server = start(&config_toml(
-        &[("a", "openai", "slow"), ("b", "openai", "fast")],
-        SCENARIOS,
-    ))
-    .await;
-    preload(&server, "a", Duration::from_millis(300));
+    let server = start_preloaded(&[("a", "openai", "slow"), ("b", "openai", "fast")]).await;
     let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
     assert_eq!(reply.text(), "slow primary answer", "the primary served, however slow");
     let log = server.sim.as_ref().expect("sim").log();

@@ -137,12 +137,7 @@ async fn saturated_route_sheds_batch_before_interactive() {
     let toml = config_toml(&[("a", "openai", "long")], OK).replace("name = \"a\"\n", "name = \"a\"\nconcurrency = 2\n");
     let server = start(&toml).await;
     // One long interactive stream holds one of the route's two slots.
-    let held = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(true))
-        .send()
-        .await
-        .expect("sent");
+    let held = post_chat(&server, &chat_body(true)).await;
     assert_eq!(held.status(), 200);
     let mut held = held.bytes_stream();
     held.next().await.expect("bytes").expect("ok");

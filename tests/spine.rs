@@ -63,12 +63,7 @@ async fn anthropic_wire_route_serves_an_openai_client() {
 #[tokio::test]
 async fn non_streaming_request_gets_one_completion() {
     let server = start(&config_toml(&[("a", "openai", "quick")], QUICK)).await;
-    let resp = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(false))
-        .send()
-        .await
-        .expect("sent");
+    let resp = post_chat(&server, &chat_body(false)).await;
     assert_eq!(resp.status(), 200);
     let body: serde_json::Value = resp.json().await.expect("json");
     assert_eq!(body["object"], "chat.completion");
@@ -151,12 +146,7 @@ async fn every_route_failing_is_a_real_http_error_with_retry_after() {
         extra,
     ))
     .await;
-    let resp = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(true))
-        .send()
-        .await
-        .expect("sent");
+    let resp = post_chat(&server, &chat_body(true)).await;
     assert_eq!(resp.status(), 429, "not a 200 with an error inside");
     let retry: u64 = resp.headers()["retry-after"]
         .to_str()
@@ -180,12 +170,7 @@ async fn every_route_failing_is_a_real_http_error_with_retry_after() {
 async fn every_route_503_is_a_503_or_502_with_json() {
     let extra = "[sim.scenarios.down]\nfailure = { status = 500 }\n";
     let server = start(&config_toml(&[("a", "openai", "down"), ("b", "openai", "down")], extra)).await;
-    let resp = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(true))
-        .send()
-        .await
-        .expect("sent");
+    let resp = post_chat(&server, &chat_body(true)).await;
     assert_eq!(resp.status(), 502);
     let body: serde_json::Value = resp.json().await.expect("JSON error body");
     assert!(body["error"]["message"].is_string(), "{body}");
@@ -194,12 +179,11 @@ async fn every_route_503_is_a_503_or_502_with_json() {
 #[tokio::test]
 async fn unknown_model_is_a_400_listing_known_models() {
     let server = start(&config_toml(&[("a", "openai", "quick")], QUICK)).await;
-    let resp = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .expect("sent");
+    let resp = post_chat(
+        &server,
+        &json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
     assert_eq!(resp.status(), 400);
     let body: serde_json::Value = resp.json().await.expect("json");
     assert!(
@@ -212,12 +196,7 @@ async fn unknown_model_is_a_400_listing_known_models() {
 async fn client_disconnect_closes_the_upstream_connection() {
     let extra = "[sim.scenarios.long]\nttft = { median_ms = 5.0, sigma = 0.0 }\ninter_token_ms = 20.0\ntokens = 2000\n";
     let server = start(&config_toml(&[("a", "openai", "long")], extra)).await;
-    let resp = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(true))
-        .send()
-        .await
-        .expect("sent");
+    let resp = post_chat(&server, &chat_body(true)).await;
     assert_eq!(resp.status(), 200);
     let mut body = resp.bytes_stream();
     for _ in 0..3 {

@@ -40,6 +40,16 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().expect("client")
 }
 
+/// POSTs `body` to the server's OpenAI endpoint.
+pub async fn post_chat(server: &Running, body: &Value) -> reqwest::Response {
+    client()
+        .post(server.url("/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .expect("request sent")
+}
+
 pub fn chat_body(stream: bool) -> Value {
     serde_json::json!({
         "model": "chat",
