@@ -32,7 +32,7 @@ impl Run {
         if at + Duration::from_millis(10) >= self.deadline {
             return None;
         }
-        let candidate = self.planned.iter().find(|c| c.route == route)?.clone();
+        let candidate = self.plan.candidates.iter().find(|c| c.route == route)?.clone();
         self.retried.insert(route.to_string());
         Some((candidate, at))
     }

@@ -231,8 +231,6 @@ struct Run {
     skipped: Vec<(String, String, Option<Duration>)>,
     /// Retry-After hints from failed attempts.
     retry_hints: Vec<Duration>,
-    /// The plan's candidates as planned (the queue consumes them).
-    planned: Vec<Candidate>,
     /// The plan as made (candidates, ranking with score breakdowns, exclusions, lease): the
     /// decision record logs it.
     plan: Plan,
@@ -256,7 +254,6 @@ impl Run {
             ..Envelope::default()
         };
         Run {
-            planned: plan.candidates.clone(),
             queue: plan.candidates.clone().into(),
             calls: Vec::new(),
             started,
