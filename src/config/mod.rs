@@ -14,7 +14,7 @@ pub use validate::{load_file, load_str, ConfigError, ConfigProblem};
 
 use crate::gateway::Priority;
 use crate::sim::Scenario;
-use crate::types::{Level, ResponseType};
+use crate::types::{Level, PrefillConvention, ResponseType};
 
 /// The configuration embedded in the binary: simulated routes, no keys needed.
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
@@ -143,6 +143,9 @@ pub struct RouteConfig {
     pub data_terms: Vec<String>,
     pub level: Level,
     pub capabilities: Capabilities,
+    /// How this route is asked to continue a partial answer (`capabilities.prefill` is
+    /// true exactly when this is not `None`).
+    pub prefill: PrefillConvention,
     pub context_window: u32,
     pub max_output: u32,
     pub cost_per_1k: f64,

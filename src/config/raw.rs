@@ -43,6 +43,7 @@ pub struct RawRoute {
     pub data_terms: Option<Vec<String>>,
     pub level: Option<String>,
     pub capabilities: Option<Vec<String>>,
+    pub prefill: Option<String>,
     pub context_window: Option<u32>,
     pub max_output: Option<u32>,
     pub cost_per_1k: Option<f64>,

@@ -14,7 +14,7 @@ use super::raw::{
 };
 use super::{Capabilities, Config, ModelConfig, ProviderKind, RouteConfig, SimConfig, Wire};
 use crate::sim::{self, Scenario};
-use crate::types::Level;
+use crate::types::{Level, PrefillConvention};
 
 /// One thing wrong with a config file, at a key path such as `routes[1].provider`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,7 +278,9 @@ impl Validator {
                 }
             },
         };
-        let capabilities = self.capabilities(path, provider, r.capabilities);
+        let mut capabilities = self.capabilities(path, provider, r.capabilities);
+        let prefill = self.prefill(path, wire, &capabilities, r.prefill.as_deref());
+        capabilities.prefill = prefill.can_continue();
         let quality = self.scores(&format!("{path}.quality"), r.quality.unwrap_or_default());
         let pools = self.pools(path, r.pools);
         let tokenizer = self.tokenizer(path, r.tokenizer.as_deref());
@@ -299,6 +301,7 @@ impl Validator {
             data_terms: r.data_terms.unwrap_or_default(),
             level,
             capabilities,
+            prefill,
             context_window: r.context_window.unwrap_or(128_000),
             max_output: r.max_output.unwrap_or(4_096),
             cost_per_1k: r.cost_per_1k.unwrap_or(0.0),
@@ -324,6 +327,38 @@ impl Validator {
             tokenizer,
             min_useful: r.min_useful_ms.map(Duration::from_millis),
         })
+    }
+
+    /// The route's continuation convention: `prefill = "..."`, else what its wire does when
+    /// it has the `prefill` capability (Anthropic: native prefill; OpenAI wire: a plain final
+    /// assistant message), else none.
+    fn prefill(&mut self, path: &str, wire: Wire, caps: &Capabilities, raw: Option<&str>) -> PrefillConvention {
+        match raw {
+            Some(s) => match PrefillConvention::parse(s) {
+                Some(PrefillConvention::Anthropic) if wire != Wire::Anthropic => {
+                    self.problem(format!("{path}.prefill"), "\"anthropic\" needs the anthropic wire");
+                    PrefillConvention::None
+                }
+                Some(c) if c != PrefillConvention::Anthropic && c.can_continue() && wire == Wire::Anthropic => {
+                    self.problem(
+                        format!("{path}.prefill"),
+                        format!("{s:?} is an OpenAI-wire convention; Anthropic routes use \"anthropic\" or \"none\""),
+                    );
+                    PrefillConvention::None
+                }
+                Some(c) => c,
+                None => {
+                    self.problem(
+                        format!("{path}.prefill"),
+                        format!("{s:?} is not one of none, anthropic, assistant, prefix, vllm"),
+                    );
+                    PrefillConvention::None
+                }
+            },
+            None if !caps.prefill => PrefillConvention::None,
+            None if wire == Wire::Anthropic => PrefillConvention::Anthropic,
+            None => PrefillConvention::Assistant,
+        }
     }
 
     fn capabilities(&mut self, path: &str, provider: ProviderKind, list: Option<Vec<String>>) -> Capabilities {
@@ -389,6 +424,9 @@ impl Validator {
             for (i, r) in list.iter().enumerate() {
                 if !routes.iter().any(|route| &route.name == r) {
                     self.problem(format!("{path}.routes[{i}]"), format!("no route named {r:?}"));
+                }
+                if list[..i].contains(r) {
+                    self.problem(format!("{path}.routes[{i}]"), format!("{r:?} is listed twice"));
                 }
             }
             let task = self
@@ -477,6 +515,70 @@ mod tests {
                 "expected a problem at {expected}; got {paths:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_route_listed_twice_in_a_model_is_an_error() {
+        let text = r#"
+            [[routes]]
+            name = "a"
+            provider = "simulated"
+            [models.chat]
+            routes = ["a", "a"]
+        "#;
+        let err = load_str(text).expect_err("a duplicate must be refused");
+        assert!(
+            err.to_string().contains("models.chat.routes[1]"),
+            "the problem names the duplicate's path: {err}"
+        );
+    }
+
+    #[test]
+    fn prefill_convention_is_validated_per_wire() {
+        let text = r#"
+            [[routes]]
+            name = "a"
+            provider = "simulated"
+            prefill = "vllm"
+            [[routes]]
+            name = "b"
+            provider = "simulated"
+            wire = "anthropic"
+            prefill = "prefix"
+            [[routes]]
+            name = "c"
+            provider = "simulated"
+            prefill = "sometimes"
+            [models.chat]
+            routes = ["a", "b", "c"]
+        "#;
+        let err = load_str(text).expect_err("bad conventions must be refused").to_string();
+        assert!(err.contains("routes[1].prefill"), "an OpenAI convention on the anthropic wire: {err}");
+        assert!(err.contains("routes[2].prefill"), "an unknown convention: {err}");
+        assert!(!err.contains("routes[0].prefill"), "vllm on the OpenAI wire is fine: {err}");
+        let ok = load_str(
+            r#"
+            [[routes]]
+            name = "a"
+            provider = "simulated"
+            prefill = "vllm"
+            [[routes]]
+            name = "o"
+            provider = "openai"
+            base_url = "http://127.0.0.1:1/v1"
+            model = "m"
+            [models.chat]
+            routes = ["a", "o"]
+        "#,
+        )
+        .expect("valid");
+        assert_eq!(ok.routes[0].prefill, PrefillConvention::Vllm);
+        assert!(ok.routes[0].capabilities.prefill, "a convention means the route can continue");
+        assert_eq!(
+            ok.routes[1].prefill,
+            PrefillConvention::None,
+            "api.openai.com treats a final assistant message as history: no prefill by default"
+        );
     }
 
     #[test]

@@ -37,6 +37,12 @@ pub enum ErrorClass {
     InvalidOutput,
     /// The prompt does not fit this route's window: try a bigger one.
     ContextLength,
+    /// The route's account is out of credit or quota (`insufficient_quota`, billing): a
+    /// configuration fault, not load. Cool the route for long, alert, fail over.
+    Quota,
+    /// The route's model or URL does not exist upstream (404): a gateway configuration
+    /// fault. Fail over, alert, count it against the route.
+    NotFound,
     /// The gateway itself is full (admission / connection caps).
     Overloaded,
     /// No route is eligible for this request.
@@ -65,6 +71,8 @@ impl ErrorClass {
             ErrorClass::Refusal => "refusal",
             ErrorClass::InvalidOutput => "invalid_output",
             ErrorClass::ContextLength => "context_length",
+            ErrorClass::Quota => "quota",
+            ErrorClass::NotFound => "not_found",
             ErrorClass::Overloaded => "overloaded",
             ErrorClass::NoRoute => "no_route",
             ErrorClass::Internal => "internal",
@@ -81,6 +89,8 @@ impl ErrorClass {
                 | ErrorClass::Protocol
                 | ErrorClass::InvalidOutput
                 | ErrorClass::ContextLength
+                | ErrorClass::Quota
+                | ErrorClass::NotFound
         )
     }
 
@@ -90,14 +100,23 @@ impl ErrorClass {
     pub fn counts_against_route(self) -> bool {
         matches!(
             self,
-            ErrorClass::Unavailable | ErrorClass::Timeout | ErrorClass::Protocol
+            ErrorClass::Unavailable
+                | ErrorClass::Timeout
+                | ErrorClass::Protocol
+                | ErrorClass::InvalidOutput
+                | ErrorClass::NotFound
         )
     }
 
     pub fn blame(self) -> Blame {
         match self {
             ErrorClass::BadRequest | ErrorClass::ContextLength => Blame::Client,
-            ErrorClass::Auth | ErrorClass::Overloaded | ErrorClass::NoRoute | ErrorClass::Internal => Blame::Gateway,
+            ErrorClass::Auth
+            | ErrorClass::Quota
+            | ErrorClass::NotFound
+            | ErrorClass::Overloaded
+            | ErrorClass::NoRoute
+            | ErrorClass::Internal => Blame::Gateway,
             _ => Blame::Upstream,
         }
     }
@@ -110,7 +129,7 @@ impl ErrorClass {
             ErrorClass::Timeout => 504,
             ErrorClass::BadRequest | ErrorClass::ContextLength => 400,
             // The client's credentials are fine; ours are not. Never pass a 401 through.
-            ErrorClass::Auth => 502,
+            ErrorClass::Auth | ErrorClass::Quota | ErrorClass::NotFound => 502,
             ErrorClass::Refusal => 422,
             ErrorClass::Overloaded | ErrorClass::NoRoute => 503,
             ErrorClass::Internal => 500,

@@ -71,8 +71,9 @@ pub type DeltaStream = Pin<Box<dyn Stream<Item = Result<Delta, ProviderError>> +
 #[derive(Debug, Clone)]
 pub struct UpstreamRequest {
     pub chat: Arc<ChatRequest>,
-    /// For the `continue` policy: assistant text the answer must continue from.
-    pub prefill: Option<String>,
+    /// For the `continue` policy: the partial answer the request ends with, as the final
+    /// assistant message marked by the route's convention (never an instruction to continue).
+    pub prefill: Option<crate::types::Prefill>,
     /// Correlates upstream logs with ours (sent as `x-request-id`).
     pub request_id: String,
 }

@@ -164,7 +164,22 @@ pub fn error_class(out: &Out) -> Option<ErrorClass> {
 pub fn upstream(chat: ChatRequest, prefill: Option<&str>) -> UpstreamRequest {
     UpstreamRequest {
         chat: Arc::new(chat),
-        prefill: prefill.map(str::to_string),
+        prefill: prefill.map(|text| crate::types::Prefill {
+            text: text.to_string(),
+            convention: crate::types::PrefillConvention::Assistant,
+        }),
+        request_id: "req-1".into(),
+    }
+}
+
+/// One attempt's request continuing `text` under `convention`.
+pub fn continuation(chat: ChatRequest, text: &str, convention: crate::types::PrefillConvention) -> UpstreamRequest {
+    UpstreamRequest {
+        chat: Arc::new(chat),
+        prefill: Some(crate::types::Prefill {
+            text: text.to_string(),
+            convention,
+        }),
         request_id: "req-1".into(),
     }
 }

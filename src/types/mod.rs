@@ -2,10 +2,12 @@
 
 mod envelope;
 mod event;
+mod prefill;
 mod request;
 
 pub use envelope::{Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level};
 pub use event::{ErrorEvent, EventStream, FinishReason, StreamEvent, ToolCall, Usage};
+pub use prefill::{Prefill, PrefillConvention};
 pub use request::{
     ChatRequest, ContentPart, Message, ResponseFormat, ResponseType, Role, Sampling, ToolChoice, ToolSpec,
 };

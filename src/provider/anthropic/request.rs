@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::types::{Block, ImageSource, MessagesBody, WireMessage, WireTool};
 use crate::provider::{ErrorClass, ProviderError, UpstreamRequest};
-use crate::types::{ContentPart, Message, Role, ToolChoice};
+use crate::types::{ContentPart, Message, PrefillConvention, Role, ToolChoice};
 
 /// `max_tokens` is required by the Messages API; this is used when the client set none.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -30,8 +30,14 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, Pr
         let (role, blocks) = wire_message(message)?;
         push_merged(&mut messages, role, blocks);
     }
-    if let Some(partial) = req.prefill.as_deref().map(str::trim_end).filter(|p| !p.is_empty()) {
-        // The API continues a final assistant message, and rejects one ending in whitespace.
+    // The API continues a final assistant message, and rejects one ending in whitespace: the
+    // whitespace is cut here, and the mux's seam drops its re-emission (`Prefill::withheld`).
+    let sent = req
+        .prefill
+        .as_ref()
+        .map(|p| PrefillConvention::Anthropic.sent_text(&p.text))
+        .filter(|p| !p.is_empty());
+    if let Some(partial) = sent {
         push_merged(
             &mut messages,
             "assistant",

@@ -7,20 +7,21 @@ use super::types::{
     WireToolCall,
 };
 use crate::provider::UpstreamRequest;
-use crate::types::{ContentPart, Message, ResponseFormat, Role, ToolChoice};
-
-/// What the `continue` policy asks after replaying the partial answer.
-pub const CONTINUE_PROMPT: &str = "Continue exactly where your previous message stopped. Do not repeat any of it.";
+use crate::types::{ContentPart, Message, PrefillConvention, ResponseFormat, Role, ToolChoice};
 
 /// Builds the body for `model` (the route's upstream model id, not the client's name).
 pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
     let chat = &req.chat;
     let mut messages: Vec<WireMessage> = chat.messages.iter().map(wire_message).collect();
-    if let Some(partial) = req.prefill.as_deref() {
-        // OpenAI has no assistant prefill: replay the partial answer and ask for the rest.
-        messages.push(text_message("assistant", partial.to_string()));
-        messages.push(text_message("user", CONTINUE_PROMPT.to_string()));
+    // A continuation ends with the partial answer as the final assistant message, marked by
+    // the route's convention; never with an instruction to continue (models start over).
+    let convention = req.prefill.as_ref().map(|p| p.convention);
+    if let Some(prefill) = &req.prefill {
+        let mut last = text_message("assistant", prefill.sent().to_string());
+        last.prefix = prefill.convention == PrefillConvention::Prefix;
+        messages.push(last);
     }
+    let vllm = (convention == Some(PrefillConvention::Vllm)).then_some(());
     let tools: Vec<WireTool> = chat
         .tools
         .iter()
@@ -52,6 +53,8 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
         stream: true,
         // Always: usage feeds cost accounting even when the client did not ask for it.
         stream_options: StreamOptions { include_usage: true },
+        continue_final_message: vllm.map(|()| true),
+        add_generation_prompt: vllm.map(|()| false),
     }
 }
 
@@ -71,6 +74,7 @@ fn text_message(role: &'static str, text: String) -> WireMessage {
         tool_calls: Vec::new(),
         tool_call_id: None,
         name: None,
+        prefix: false,
     }
 }
 
@@ -111,6 +115,7 @@ fn wire_message(message: &Message) -> WireMessage {
         tool_call_id: message.tool_call_id.clone().filter(|_| message.role == Role::Tool),
         // `name` is a participant name; tool messages identify themselves by tool_call_id.
         name: message.name.clone().filter(|_| message.role != Role::Tool),
+        prefix: false,
     }
 }
 
@@ -140,7 +145,7 @@ fn response_format(format: &ResponseFormat) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::testkit::upstream;
+    use crate::provider::testkit::{continuation, upstream};
     use crate::types::{ChatRequest, Sampling, ToolCall, ToolSpec};
 
     fn body_json(req: &UpstreamRequest) -> Value {
@@ -254,15 +259,27 @@ mod tests {
     }
 
     #[test]
-    fn prefill_replays_the_partial_answer_and_asks_to_continue() {
+    fn a_continuation_ends_with_the_partial_answer_never_an_instruction() {
         let chat = ChatRequest {
             messages: vec![Message::text(Role::User, "Count")],
             ..ChatRequest::default()
         };
-        let body = body_json(&upstream(chat, Some("1, 2, ")));
-        let messages = body["messages"].as_array().cloned().unwrap_or_default();
-        assert_eq!(messages.len(), 3);
+        let plain = body_json(&continuation(chat.clone(), "1, 2, ", PrefillConvention::Assistant));
+        let messages = plain["messages"].as_array().cloned().unwrap_or_default();
+        assert_eq!(messages.len(), 2, "no user turn after the partial answer: {messages:?}");
         assert_eq!(messages[1], json!({"role": "assistant", "content": "1, 2, "}));
-        assert_eq!(messages[2], json!({"role": "user", "content": CONTINUE_PROMPT}));
+        assert!(plain.get("continue_final_message").is_none(), "{plain}");
+
+        let prefix = body_json(&continuation(chat.clone(), "1, 2, ", PrefillConvention::Prefix));
+        assert_eq!(
+            prefix["messages"][1],
+            json!({"role": "assistant", "content": "1, 2, ", "prefix": true}),
+            "DeepSeek / Mistral mark the final message"
+        );
+
+        let vllm = body_json(&continuation(chat, "1, 2, ", PrefillConvention::Vllm));
+        assert_eq!(vllm["messages"][1], json!({"role": "assistant", "content": "1, 2, "}));
+        assert_eq!(vllm["continue_final_message"], json!(true), "{vllm}");
+        assert_eq!(vllm["add_generation_prompt"], json!(false), "{vllm}");
     }
 }

@@ -31,6 +31,12 @@ pub struct ChatBody {
     pub max_tokens: Option<u32>,
     pub stream: bool,
     pub stream_options: StreamOptions,
+    /// vLLM: continue the final assistant message inside its turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continue_final_message: Option<bool>,
+    /// vLLM: `false` with `continue_final_message`, so no new assistant turn is opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub add_generation_prompt: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -49,6 +55,9 @@ pub struct WireMessage {
     pub tool_call_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// DeepSeek / Mistral: continue this (final, assistant) message instead of answering it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub prefix: bool,
 }
 
 /// Plain text as a string; anything with images as an array of parts.
