@@ -95,6 +95,7 @@ impl Run {
                 continue;
             };
             let model: Arc<str> = Arc::from(route.model.as_str());
+            let convention = route.prefill;
             self.attempts += 1;
             self.env.attempts = self.attempts;
             let role_label = match role {
@@ -106,7 +107,10 @@ impl Run {
             metrics::counter!(t::ATTEMPTS_TOTAL, "route" => candidate.route.clone(), "role" => role_label).increment(1);
             let upstream = UpstreamRequest {
                 chat: Arc::clone(&self.req),
-                prefill: prefill.map(str::to_string),
+                prefill: prefill.map(|text| crate::types::Prefill {
+                    text: text.to_string(),
+                    convention,
+                }),
                 request_id: format!("{}-{}", self.ctx.request_id, self.attempts),
             };
             return Some(Attempt::start(

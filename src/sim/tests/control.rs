@@ -128,7 +128,10 @@ mod through_the_adapters {
         };
         UpstreamRequest {
             chat: Arc::new(chat),
-            prefill: prefill.map(str::to_owned),
+            prefill: prefill.map(|text| crate::types::Prefill {
+                text: text.to_owned(),
+                convention: crate::types::PrefillConvention::Assistant,
+            }),
             request_id: "req-adapter".to_owned(),
         }
     }
