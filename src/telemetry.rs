@@ -16,6 +16,10 @@ pub const MIDSTREAM_TOTAL: &str = "tailcut_midstream_failures_total";
 pub const AUTH_ERRORS_TOTAL: &str = "tailcut_upstream_auth_errors_total";
 pub const BUDGET_DENIED_TOTAL: &str = "tailcut_budget_denied_total";
 pub const SHADOW_TOTAL: &str = "tailcut_shadow_requests_total";
+/// Continuations judged at the seam, by verdict (continued, restart_matched, restart_diverged).
+pub const SEAMS_TOTAL: &str = "tailcut_continuation_seams_total";
+/// Upstream faults that are tailcut's configuration (404 model/URL, quota), by route.
+pub const CONFIG_ERRORS_TOTAL: &str = "tailcut_upstream_config_errors_total";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 30.0,

@@ -553,9 +553,15 @@ mod tests {
             routes = ["a", "b", "c"]
         "#;
         let err = load_str(text).expect_err("bad conventions must be refused").to_string();
-        assert!(err.contains("routes[1].prefill"), "an OpenAI convention on the anthropic wire: {err}");
+        assert!(
+            err.contains("routes[1].prefill"),
+            "an OpenAI convention on the anthropic wire: {err}"
+        );
         assert!(err.contains("routes[2].prefill"), "an unknown convention: {err}");
-        assert!(!err.contains("routes[0].prefill"), "vllm on the OpenAI wire is fine: {err}");
+        assert!(
+            !err.contains("routes[0].prefill"),
+            "vllm on the OpenAI wire is fine: {err}"
+        );
         let ok = load_str(
             r#"
             [[routes]]
@@ -573,7 +579,10 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(ok.routes[0].prefill, PrefillConvention::Vllm);
-        assert!(ok.routes[0].capabilities.prefill, "a convention means the route can continue");
+        assert!(
+            ok.routes[0].capabilities.prefill,
+            "a convention means the route can continue"
+        );
         assert_eq!(
             ok.routes[1].prefill,
             PrefillConvention::None,

@@ -31,6 +31,45 @@ const WITHDRAWALS: usize = 1;
 /// Absorbs float rounding in `ratio × requests` (e.g. 0.1 × 30 = 3.0000000000000004).
 const EPSILON: f64 = 1e-9;
 
+/// Why a budget refused one more attempt. Strings only at the edge (`metric_label`,
+/// `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// The request has used `limits.max_attempts`.
+    Attempts,
+    /// The fleet-wide hedge budget is spent.
+    HedgeBudget,
+    /// The fleet-wide retry budget is spent.
+    RetryBudget,
+    /// This route has taken its share of other routes' failovers.
+    BlastRadius,
+}
+
+impl Refusal {
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Refusal::Attempts => "attempts",
+            Refusal::HedgeBudget => "hedge_budget",
+            Refusal::RetryBudget => "retry_budget",
+            Refusal::BlastRadius => "blast_radius",
+        }
+    }
+
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::Attempts => "attempt budget spent",
+            Refusal::HedgeBudget => "hedge budget spent",
+            Refusal::RetryBudget => "retry budget spent",
+            Refusal::BlastRadius => "blast radius cap",
+        }
+    }
+
+    /// Does this refusal hold for every other route too (so looking further is pointless)?
+    pub fn is_request_wide(self) -> bool {
+        !matches!(self, Refusal::BlastRadius)
+    }
+}
+
 /// How much extra load hedges and retries may add.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BudgetConfig {
@@ -102,11 +141,23 @@ impl Budget {
 
     /// Takes one extra attempt (a hedge or a retry) if the budget allows it.
     pub fn try_withdraw(&mut self, now: Instant) -> bool {
-        if self.snapshot(now).remaining() == 0 {
+        if !self.allows(now) {
             return false;
         }
-        self.counts.add(now, WITHDRAWALS, 1);
+        self.withdraw(now);
         true
+    }
+
+    /// Would one more extra attempt fit? Nothing is taken: several budgets are tested first
+    /// and withdrawn from only when all of them agree, so a refusal by one leaks no token of
+    /// another.
+    pub fn allows(&self, now: Instant) -> bool {
+        self.snapshot(now).remaining() > 0
+    }
+
+    /// Takes one extra attempt after `allows` said yes.
+    pub fn withdraw(&mut self, now: Instant) {
+        self.counts.add(now, WITHDRAWALS, 1);
     }
 
     pub fn snapshot(&self, now: Instant) -> BudgetSnapshot {

@@ -22,8 +22,12 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoHedge {
     Disabled,
+    /// The client said `x-tailcut-hedge: off`: the request may have side effects.
     ClientOff,
+    /// A route of the plan is `side_effecting`.
     SideEffecting,
+    /// A route of the plan has `hedge = false` (no side effects implied).
+    RouteOff,
     SingleRoute,
 }
 
@@ -33,6 +37,7 @@ impl NoHedge {
             NoHedge::Disabled => "disabled",
             NoHedge::ClientOff => "client_off",
             NoHedge::SideEffecting => "side_effecting",
+            NoHedge::RouteOff => "route_off",
             NoHedge::SingleRoute => "single_route",
         }
     }

@@ -18,6 +18,7 @@ mod hedge;
 mod midstream;
 mod race;
 mod run;
+mod seam;
 mod shadow;
 pub mod tool_calls;
 mod transcript;
@@ -30,7 +31,7 @@ use tokio::time::Instant;
 
 pub use attempt::{Attempt, AttemptEvent, Role};
 pub use hedge::NoHedge;
-pub use midstream::{Seam, SeamOut};
+pub use seam::{Seam, SeamOut, SeamVerdict};
 
 use self::budget::{Budget, BudgetConfig};
 use self::cache::AnswerCache;
@@ -103,21 +104,11 @@ impl Mux {
         self.retry_budget.lock().on_request(now);
     }
 
-    /// Takes one extra attempt from the fleet-wide retry budget.
-    fn retry_withdraw(&self, now: Instant) -> bool {
-        self.retry_budget.lock().try_withdraw(now)
-    }
-
     /// A first-choice attempt on `route`: the base its failover share is measured against.
     fn blast_deposit(&self, route: &str, now: Instant) {
         if let Some(b) = self.blast.get(route) {
             b.lock().on_request(now);
         }
-    }
-
-    /// May `route` take one more attempt that another route's trouble sent it?
-    fn blast_withdraw(&self, route: &str, now: Instant) -> bool {
-        self.blast.get(route).is_none_or(|b| b.lock().try_withdraw(now))
     }
 
     pub fn provider(&self, route: &str) -> Option<SharedProvider> {
@@ -127,11 +118,6 @@ impl Mux {
     /// Records one logical request in the hedge budget.
     fn budget_deposit(&self, now: Instant) {
         self.budget.lock().on_request(now);
-    }
-
-    /// Takes one hedge from the budget, if any is left.
-    fn budget_withdraw(&self, now: Instant) -> bool {
-        self.budget.lock().try_withdraw(now)
     }
 
     /// Streams `req` along `plan`. The first event is `Start` (commit) or `Error`.

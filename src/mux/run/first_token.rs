@@ -1,6 +1,7 @@
 //! The race to the first content token: the primary, its hedge at the route's live p95
 //! TTFT, failover before commit, and the commit that drops every loser.
 
+use super::routes::RouteState;
 use super::*;
 
 impl Run {
@@ -19,13 +20,19 @@ impl Run {
         } else {
             Role::Recovery
         };
-        let Some(primary) = self.start_next(role, prefill) else {
-            return Err(self.exhausted());
+        let primary = match self.start_next(role, prefill) {
+            Ok(a) => a,
+            // A recovery with no other route left may use the route that failed, once.
+            Err(_) if role == Role::Recovery => match self.start_failed_again(prefill) {
+                Some(a) => a,
+                None => return Err(self.exhausted()),
+            },
+            Err(_) => return Err(self.exhausted()),
         };
         let mut timer = HedgeTimer::disarmed();
         if hedging {
             match self.hedge {
-                Ok(()) if self.queue.is_empty() => self.hedge = Err(NoHedge::SingleRoute),
+                Ok(()) if !self.routes.any_untried(|_| true) => self.hedge = Err(NoHedge::SingleRoute),
                 Ok(()) => {
                     let (delay, live) = self.mux.health.hedge_delay(
                         &primary.route,
@@ -39,7 +46,7 @@ impl Run {
         }
         race.push(primary);
         // A transient failure retried once on the same route before a lower rung: (route, when).
-        let mut retry: Option<(Candidate, Instant)> = None;
+        let mut retry: Option<(Arc<str>, Instant)> = None;
         // A failure that forbids failover (400, 401, refusal) while other attempts still run:
         // no new attempt starts, and it is the answer if none of those succeeds.
         let mut fatal: Option<ProviderError> = None;
@@ -48,10 +55,10 @@ impl Run {
                 if let Some(err) = fatal.take() {
                     return Err(self.error_event(&err));
                 }
-                let Some(next) = self.start_next(Role::Failover, prefill) else {
-                    return Err(self.exhausted());
-                };
-                race.push(next);
+                match self.start_next(Role::Failover, prefill) {
+                    Ok(next) => race.push(next),
+                    Err(_) => return Err(self.exhausted()),
+                }
             }
             let retry_at = retry.as_ref().map(|r| r.1);
             let silent = race.first_token_due(|route| self.first_token_timeout(route));
@@ -96,10 +103,9 @@ impl Run {
                     (attempt, err)
                 }
                 Step::Retry => {
-                    if let Some((candidate, _)) = retry.take() {
-                        self.queue.push_front(candidate);
-                        if let Some(next) = self.start_next(Role::Failover, prefill) {
-                            race.push(next);
+                    if let Some((route, _)) = retry.take() {
+                        if let Some(again) = self.start_again(&route, Role::Failover, prefill) {
+                            race.push(again);
                         }
                     }
                     continue;
@@ -123,12 +129,22 @@ impl Run {
                 }
             };
             let (role, route, tokens) = (failed.role, Arc::clone(&failed.route), failed.tokens);
+            // A 400 to a continuation request is the route refusing the prefill (trailing
+            // whitespace, thinking mode, no such convention), not the client's fault: the
+            // route stays usable for a restart and the request moves on.
+            let prefill_refused = prefill.is_some() && err.class == ErrorClass::BadRequest;
             self.record_failure(&mut failed, &err);
             drop(failed);
+            let state = if prefill_refused {
+                RouteState::PrefillRefused
+            } else {
+                RouteState::Failed
+            };
+            self.routes.set(&route, state);
             if role == Role::Primary {
                 timer.disarm();
             }
-            if !err.is_retryable() {
+            if !err.is_retryable() && !prefill_refused {
                 if race.is_empty() {
                     return Err(self.error_event(&err));
                 }
@@ -141,14 +157,14 @@ impl Run {
             }
             if retry.is_none() {
                 if let Some(at) = self.same_route_retry(&route, tokens, &err) {
-                    retry = Some(at);
+                    retry = Some((route, at));
                     continue;
                 }
             }
             // A failed hedge does not start a third attempt beside a running primary: that
             // would be a second hedge outside the hedge budget.
             if (role != Role::Hedge || race.is_empty()) && race.len() < max_concurrent {
-                if let Some(next) = self.start_next(Role::Failover, prefill) {
+                if let Ok(next) = self.start_next(Role::Failover, prefill) {
                     race.push(next);
                 }
             }
@@ -175,14 +191,10 @@ impl Run {
         if race.len() >= max_concurrent {
             return skip("concurrency");
         }
-        if self.queue.is_empty() {
-            return skip("no_route");
-        }
         let primary = race.routes().next().unwrap_or_default().to_string();
-        let skipped_before = self.skipped.len();
-        let Some(hedge) = self.start_next(Role::Hedge, prefill) else {
-            let budget = self.skipped[skipped_before..].iter().any(|s| s.1.contains("budget"));
-            return skip(if budget { "budget" } else { "no_route" });
+        let hedge = match self.start_next(Role::Hedge, prefill) {
+            Ok(hedge) => hedge,
+            Err(no) => return skip(if no.refusal.is_some() { "budget" } else { "no_route" }),
         };
         metrics::counter!(t::HEDGES_TOTAL, "result" => "fired").increment(1);
         if let Some(h) = self.mux.health.route(&hedge.route) {
@@ -216,7 +228,10 @@ impl Run {
             self.mux.health.latency_breach(&winner.route, now);
         }
         let had_losers = !losers.is_empty();
+        self.routes.set(&winner.route, RouteState::Served);
         for loser in &losers {
+            // Cancelled, not failed: a later recovery may still use it.
+            self.routes.set(&loser.route, RouteState::Untried);
             // A loser's TTFT is censored: it was at least its age now. Without recording that,
             // a primary that keeps losing hedges keeps only its fast samples, its p95 drifts
             // down and hedges fire ever earlier. Only ages past the route's current hedge delay
@@ -246,9 +261,9 @@ impl Run {
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());
         // Shadows are for any request a second upstream may safely see.
-        if !matches!(self.hedge, Err(NoHedge::ClientOff | NoHedge::SideEffecting)) {
-            if let Some(next) = self.queue.iter().find(|c| *c.route != *winner.route) {
-                crate::mux::shadow::maybe_start(&self.mux, &self.mux.shadows, &self.req, &next.route, self.deadline);
+        if !self.side_effecting {
+            if let Some(next) = self.routes.next_other(&winner.route) {
+                crate::mux::shadow::maybe_start(&self.mux, &self.mux.shadows, &self.req, next, self.deadline);
             }
         }
         self.env.level = self.route_config(&winner.route).map_or(Level::L0, |r| r.level);

@@ -1,24 +1,27 @@
-//! Starting the next attempt: plan order, the deadline's minimum useful time, the retry and
-//! blast-radius budgets, and the same-route retry before a lower rung.
+//! Starting the next attempt: plan order, the deadline's minimum useful time, the attempt,
+//! retry and blast-radius budgets, and the same-route retry before a lower rung.
 
+use super::routes::{RouteState, Skip};
 use super::*;
+use crate::mux::budget::Refusal;
+
+/// No attempt could start. `refusal` is set when a request-wide budget said no (then no
+/// other route was looked at).
+pub(super) struct NoStart {
+    pub refusal: Option<Refusal>,
+}
 
 impl Run {
     /// Same route or next route: an equal-rung route is preferred at once, but when the next
-    /// route is a lower rung, a transient failure (5xx, reset, or a 429 whose Retry-After
-    /// fits the deadline) is retried once on the same route first. Returns when to retry.
-    pub(super) fn same_route_retry(
-        &mut self,
-        route: &str,
-        tokens: u32,
-        err: &ProviderError,
-    ) -> Option<(Candidate, Instant)> {
+    /// route is a lower rung (or there is none), a transient failure (5xx, reset, or a 429
+    /// whose Retry-After fits the deadline) is retried once on the same route first. Returns
+    /// when to retry.
+    pub(super) fn same_route_retry(&mut self, route: &str, tokens: u32, err: &ProviderError) -> Option<Instant> {
         if !matches!(err.class, ErrorClass::Unavailable | ErrorClass::RateLimited) || tokens > 0 {
             return None;
         }
         let level = self.route_config(route)?.level;
-        let next_level = self.queue.front().map(|c| c.level)?;
-        if next_level <= level || self.retried.contains(route) {
+        if self.routes.next_untried_level().is_some_and(|next| next <= level) || self.retried.contains(route) {
             return None;
         }
         let wait = match (err.retry_after, err.class) {
@@ -32,139 +35,210 @@ impl Run {
         if at + Duration::from_millis(10) >= self.deadline {
             return None;
         }
-        let candidate = self.plan.candidates.iter().find(|c| c.route == route)?.clone();
         self.retried.insert(route.to_string());
-        Some((candidate, at))
+        Some(at)
     }
 
-    /// Starts an attempt on the next usable route in plan order (needing prefill support
-    /// when `prefill` is set). Routes that cannot be used now are recorded and passed over.
-    pub(super) fn start_next(&mut self, role: Role, prefill: Option<&str>) -> Option<Attempt> {
-        loop {
-            let pos = self.queue.iter().position(|c| {
-                prefill.is_none() || self.route_config(&c.route).is_some_and(|r| r.capabilities.prefill)
-            })?;
-            let candidate = self.queue.remove(pos)?;
-            let now = Instant::now();
-            if self.attempts >= self.mux.config.limits.max_attempts {
-                self.skipped
-                    .push((candidate.route, "attempt budget spent".into(), None));
-                return None;
-            }
-            let remaining = self.deadline.saturating_duration_since(now);
-            let useful = self
-                .plan
-                .min_useful(&candidate.route)
-                .or_else(|| self.mux.health.ttft_quantile(&candidate.route, 0.5, now))
-                .unwrap_or(Duration::from_millis(10));
-            if remaining < useful {
-                let why = format!(
-                    "deadline: {} ms left, less than the route's minimum useful time of {} ms",
-                    remaining.as_millis(),
-                    useful.as_millis()
-                );
-                self.skipped.push((candidate.route, why, None));
+    /// Starts an attempt on the next usable route in plan order (one that can continue when
+    /// `prefill` is set). Routes that cannot be used now are recorded and passed over, and
+    /// stay candidates for later.
+    pub(super) fn start_next(&mut self, role: Role, prefill: Option<&str>) -> Result<Attempt, NoStart> {
+        for i in 0..self.routes.len() {
+            let usable = match self.routes.state(i) {
+                RouteState::Untried => true,
+                RouteState::PrefillRefused => prefill.is_none(),
+                RouteState::Running | RouteState::Failed | RouteState::Served => false,
+            };
+            let route = self.routes.candidate(i).route.clone();
+            if !usable || (prefill.is_some() && !self.can_continue(&route)) {
                 continue;
             }
-            let permit = match self.mux.health.acquire(&candidate.route, now, self.ctx.priority) {
-                Ok(p) => p,
-                Err(why) => {
-                    let wait = match &why {
-                        crate::health::Unavailable::BreakerOpen { until }
-                        | crate::health::Unavailable::Cooling { until } => Some(until.saturating_duration_since(now)),
-                        crate::health::Unavailable::Saturated => Some(Duration::from_secs(1)),
+            match self.try_start(&route, role, prefill, false) {
+                Ok(attempt) => return Ok(attempt),
+                Err(skip) => {
+                    let stop = match &skip {
+                        Skip::Budget(r) if r.is_request_wide() => Some(*r),
+                        _ => None,
                     };
-                    self.skipped.push((candidate.route, why.reason(now), wait));
-                    continue;
+                    self.routes.skip(&route, skip, Instant::now());
+                    if stop.is_some() {
+                        return Err(NoStart { refusal: stop });
+                    }
                 }
-            };
-            // Budgets are spent only for an attempt that can really start (the permit is
-            // released if a budget says no).
-            if let Some(why) = self.spend_budgets(role, &candidate.route, now) {
-                drop(permit);
-                let stop = why.ends_with("budget spent");
-                self.skipped.push((candidate.route, why.into(), None));
-                if stop {
-                    return None;
-                }
-                continue;
             }
-            let (Some(provider), Some(route)) =
-                (self.mux.provider(&candidate.route), self.route_config(&candidate.route))
-            else {
-                continue;
-            };
-            let model: Arc<str> = Arc::from(route.model.as_str());
-            let convention = route.prefill;
-            self.attempts += 1;
-            self.env.attempts = self.attempts;
-            let role_label = match role {
-                Role::Primary => "primary",
-                Role::Failover => "failover",
-                Role::Hedge => "hedge",
-                Role::Recovery => "recovery",
-            };
-            metrics::counter!(t::ATTEMPTS_TOTAL, "route" => candidate.route.clone(), "role" => role_label).increment(1);
-            let upstream = UpstreamRequest {
-                chat: Arc::clone(&self.req),
-                prefill: prefill.map(|text| crate::types::Prefill {
-                    text: text.to_string(),
-                    convention,
-                }),
-                request_id: format!("{}-{}", self.ctx.request_id, self.attempts),
-            };
-            return Some(Attempt::start(
-                Arc::from(candidate.route.as_str()),
-                model,
-                role,
-                provider,
-                upstream,
-                Some(permit),
-            ));
+        }
+        Err(NoStart { refusal: None })
+    }
+
+    /// The same route again, once: after a transient failure before its first token, or
+    /// (`Role::Recovery`) after a mid-stream failure when no other route is left. It does not
+    /// count toward the request's attempt budget, so it never costs the last route its turn.
+    pub(super) fn start_again(&mut self, route: &str, role: Role, prefill: Option<&str>) -> Option<Attempt> {
+        match self.try_start(route, role, prefill, true) {
+            Ok(attempt) => Some(attempt),
+            Err(skip) => {
+                self.routes.skip(route, skip, Instant::now());
+                None
+            }
         }
     }
 
-    /// Budgets for one more attempt on `route`: a first choice is the base the others are
-    /// measured against; every other attempt spends the fleet-wide retry budget, and a
-    /// failover or recovery also the route's blast-radius allowance (hedges have their own
-    /// budget). `Some(reason)` when a budget said no.
-    pub(super) fn spend_budgets(&mut self, role: Role, route: &str, now: Instant) -> Option<&'static str> {
+    /// A mid-stream recovery with no other route left: the route that failed, once.
+    pub(super) fn start_failed_again(&mut self, prefill: Option<&str>) -> Option<Attempt> {
+        let route = (0..self.routes.len())
+            .map(|i| self.routes.candidate(i).route.clone())
+            .find(|r| {
+                self.routes.position(r).map(|i| self.routes.state(i)) == Some(RouteState::Failed)
+                    && !self.retried.contains(r)
+                    && (prefill.is_none() || self.can_continue(r))
+            })?;
+        self.retried.insert(route.clone());
+        self.start_again(&route, Role::Recovery, prefill)
+    }
+
+    pub(super) fn can_continue(&self, route: &str) -> bool {
+        self.route_config(route).is_some_and(|r| r.prefill.can_continue())
+    }
+
+    fn try_start(&mut self, route: &str, role: Role, prefill: Option<&str>, again: bool) -> Result<Attempt, Skip> {
+        let now = Instant::now();
+        if !again && self.budgeted_attempts >= self.mux.config.limits.max_attempts {
+            return Err(Skip::Budget(Refusal::Attempts));
+        }
+        let left = self.deadline.saturating_duration_since(now);
+        let useful = self
+            .plan
+            .min_useful(route)
+            .or_else(|| self.mux.health.ttft_quantile(route, 0.5, now))
+            .unwrap_or(Duration::from_millis(10));
+        if left < useful {
+            return Err(Skip::Deadline { left, useful });
+        }
+        let permit = self
+            .mux
+            .health
+            .acquire(route, now, self.ctx.priority)
+            .map_err(Skip::Unavailable)?;
+        // Budgets are spent only for an attempt that can really start: the permit is
+        // released (dropped) when a budget says no.
+        self.spend_budgets(role, route, now).map_err(Skip::Budget)?;
+        let (Some(provider), Some(config)) = (self.mux.provider(route), self.route_config(route)) else {
+            return Err(Skip::Excluded("no provider for this route".into()));
+        };
+        let model: Arc<str> = Arc::from(config.model.as_str());
+        let convention = config.prefill;
+        self.attempts += 1;
+        if !again {
+            self.budgeted_attempts += 1;
+        }
+        self.env.attempts = self.attempts;
+        let role_label = match role {
+            Role::Primary => "primary",
+            Role::Failover => "failover",
+            Role::Hedge => "hedge",
+            Role::Recovery => "recovery",
+        };
+        metrics::counter!(t::ATTEMPTS_TOTAL, "route" => route.to_string(), "role" => role_label).increment(1);
+        let upstream = UpstreamRequest {
+            chat: Arc::clone(&self.req),
+            prefill: prefill.map(|text| crate::types::Prefill {
+                text: text.to_string(),
+                convention,
+            }),
+            request_id: format!("{}-{}", self.ctx.request_id, self.attempts),
+        };
+        self.routes.set(route, RouteState::Running);
+        Ok(Attempt::start(
+            Arc::from(route),
+            model,
+            role,
+            provider,
+            upstream,
+            Some(permit),
+        ))
+    }
+
+    /// Budgets for one more attempt on `route`. A first choice is the base the others are
+    /// measured against. A hedge spends the hedge budget and the fleet-wide retry budget; a
+    /// failover before commit spends the retry budget and the route's blast-radius
+    /// allowance. A mid-stream recovery spends neither: it is bounded per request
+    /// (`limits.max_midstream_recoveries`), it is what keeps a committed answer whole, and a
+    /// route that keeps failing mid-stream is taken out by its breaker, not by refusing its
+    /// victims a fallback. Every budget is tested before any is withdrawn, so a refusal by
+    /// one leaks no token of another.
+    fn spend_budgets(&mut self, role: Role, route: &str, now: Instant) -> Result<(), Refusal> {
+        let mux = &self.mux;
         let verdict = match role {
             Role::Primary => {
-                self.mux.blast_deposit(route, now);
-                None
+                mux.blast_deposit(route, now);
+                Ok(())
             }
-            Role::Hedge if !self.mux.budget_withdraw(now) => Some("hedge budget spent"),
-            _ if !self.mux.retry_withdraw(now) => Some("retry budget spent"),
-            Role::Failover | Role::Recovery if !self.mux.blast_withdraw(route, now) => Some("blast radius cap"),
-            _ => None,
+            Role::Recovery => Ok(()),
+            Role::Hedge => {
+                let mut hedge = mux.budget.lock();
+                let mut retry = mux.retry_budget.lock();
+                if !hedge.allows(now) {
+                    Err(Refusal::HedgeBudget)
+                } else if !retry.allows(now) {
+                    Err(Refusal::RetryBudget)
+                } else {
+                    hedge.withdraw(now);
+                    retry.withdraw(now);
+                    Ok(())
+                }
+            }
+            Role::Failover => {
+                let mut retry = mux.retry_budget.lock();
+                let mut blast = mux.blast.get(route).map(|b| b.lock());
+                if !retry.allows(now) {
+                    Err(Refusal::RetryBudget)
+                } else if blast.as_ref().is_some_and(|b| !b.allows(now)) {
+                    Err(Refusal::BlastRadius)
+                } else {
+                    retry.withdraw(now);
+                    if let Some(b) = blast.as_mut() {
+                        b.withdraw(now);
+                    }
+                    Ok(())
+                }
+            }
         };
-        if let Some(reason) = verdict {
-            let label = if reason == "retry budget spent" {
-                "retry_budget"
-            } else {
-                "blast_radius"
-            };
-            metrics::counter!(t::BUDGET_DENIED_TOTAL, "budget" => label).increment(1);
+        if let Err(r) = verdict {
+            metrics::counter!(t::BUDGET_DENIED_TOTAL, "budget" => r.metric_label()).increment(1);
         }
         verdict
     }
 }
 
+/// May this request have side effects (so that no second upstream may ever see it: no hedge,
+/// no shadow)? The client says so with `x-tailcut-hedge: off`; a route says so with
+/// `side_effecting = true`.
+pub(super) fn side_effecting(mux: &Mux, ctx: &RequestCtx, plan: &Plan) -> bool {
+    ctx.hedge_off
+        || plan
+            .candidates
+            .iter()
+            .any(|c| mux.config.route(&c.route).is_some_and(|r| r.side_effecting))
+}
+
 pub(super) fn hedge_allowed(mux: &Mux, ctx: &RequestCtx, plan: &Plan) -> Result<(), NoHedge> {
     let cfg = &mux.config;
-    if !cfg.hedge.enabled || cfg.models.get(&plan.model).is_some_and(|m| !m.hedge) {
-        return Err(NoHedge::Disabled);
-    }
+    // Side effects first: they also gate shadows, whatever else turns hedging off.
     if ctx.hedge_off {
         return Err(NoHedge::ClientOff);
+    }
+    if side_effecting(mux, ctx, plan) {
+        return Err(NoHedge::SideEffecting);
+    }
+    if !cfg.hedge.enabled || cfg.models.get(&plan.model).is_some_and(|m| !m.hedge) {
+        return Err(NoHedge::Disabled);
     }
     if plan
         .candidates
         .iter()
-        .any(|c| cfg.route(&c.route).is_some_and(|r| r.side_effecting || !r.hedge))
+        .any(|c| cfg.route(&c.route).is_some_and(|r| !r.hedge))
     {
-        return Err(NoHedge::SideEffecting);
+        return Err(NoHedge::RouteOff);
     }
     Ok(())
 }

@@ -11,8 +11,8 @@ mod first_token;
 mod launch;
 mod outcome;
 mod recovery;
+mod routes;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,14 +20,15 @@ use tokio::time::Instant;
 
 use super::attempt::{Attempt, AttemptEvent, Role};
 use super::hedge::{HedgeTimer, NoHedge};
-use super::midstream::{self, Seam, SeamOut};
+use super::midstream;
 use super::race::Race;
+use super::seam::{Seam, SeamOut, SeamVerdict};
 use super::transcript::Transcript;
 use super::Mux;
 use crate::config::{MidStreamPolicy, RouteConfig};
 use crate::gateway::RequestCtx;
 use crate::provider::{ErrorClass, ProviderError, UpstreamRequest};
-use crate::router::{Candidate, Plan};
+use crate::router::Plan;
 use crate::telemetry as t;
 use crate::types::{
     ChatRequest, Envelope, ErrorEvent, EventStream, FailedAttempt, FinishReason, HedgeInfo, Level, ResponseType,
@@ -48,6 +49,7 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
                     }
                     return;
                 }
+                run.log_outcome(e.class.as_str());
                 yield StreamEvent::Error(e);
                 return;
             }
@@ -84,54 +86,116 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
                     (ev, true)
                 }
             };
+            // What the event decides: nothing more (streaming goes on), or a recovery.
+            let mut recovery = None;
             if matches!(ev, AttemptEvent::ToolCall(_) | AttemptEvent::Finished(_)) {
                 // Whatever the seam still holds is settled before a tool call or the end.
-                match run.close_seam(&mut seam) {
-                    Err(Diverged) => {
-                        yield run.diverged(&cur);
-                        return;
-                    }
-                    Ok(Some(held)) => yield StreamEvent::TextDelta(held),
-                    Ok(None) => {}
-                }
-            }
-            match ev {
-                AttemptEvent::Progress => last_token = Instant::now(),
-                AttemptEvent::Text(text) => {
-                    let now = Instant::now();
-                    if after_gap {
-                        run.mux.health.record_token_gap(&cur.route, now, now.saturating_duration_since(last_token));
-                    }
-                    last_token = now;
-                    match seam.feed(&text) {
-                        SeamOut::Emit(s) if !s.is_empty() => {
-                            run.transcript.push_text(&s);
-                            yield StreamEvent::TextDelta(s);
-                        }
-                        SeamOut::Emit(_) | SeamOut::Hold => {}
-                        SeamOut::Diverged => {
-                            yield run.diverged(&cur);
+                let (out, verdict) = seam.finish();
+                run.seam_verdict(verdict);
+                match run.joined(out, &cur) {
+                    Joined::Events(events) => for event in events {
+                        let end = matches!(event, StreamEvent::Error(_));
+                        yield event;
+                        if end {
                             return;
                         }
+                    },
+                    Joined::StartOver => recovery = Some(run.start_over(&mut cur).await),
+                }
+            }
+            if recovery.is_none() {
+                recovery = match ev {
+                    AttemptEvent::Progress => {
+                        last_token = Instant::now();
+                        None
                     }
-                }
-                AttemptEvent::ToolStarted => {
-                    last_token = Instant::now();
-                    run.transcript.tool_open = true;
-                }
-                AttemptEvent::ToolCall(call) => {
-                    last_token = Instant::now();
-                    run.transcript.tool_calls += 1;
-                    run.transcript.tool_open = false;
-                    if run.mux.config.cache.enabled {
-                        run.calls.push(call.clone());
+                    AttemptEvent::Text(text) => {
+                        let now = Instant::now();
+                        if after_gap {
+                            run.mux.health.record_token_gap(&cur.route, now, now.saturating_duration_since(last_token));
+                        }
+                        last_token = now;
+                        let (out, verdict) = seam.feed(&text);
+                        run.seam_verdict(verdict);
+                        match run.joined(out, &cur) {
+                            Joined::Events(events) => {
+                                for event in events {
+                                    let end = matches!(event, StreamEvent::Error(_));
+                                    yield event;
+                                    if end {
+                                        return;
+                                    }
+                                }
+                                None
+                            }
+                            Joined::StartOver => Some(run.start_over(&mut cur).await),
+                        }
                     }
-                    yield StreamEvent::ToolCall(call);
+                    AttemptEvent::ToolStarted => {
+                        last_token = Instant::now();
+                        run.transcript.tool_open = true;
+                        None
+                    }
+                    AttemptEvent::ToolCall(call) => {
+                        last_token = Instant::now();
+                        run.transcript.tool_calls += 1;
+                        run.transcript.tool_open = false;
+                        if run.mux.config.cache.enabled {
+                            run.calls.push(call.clone());
+                        }
+                        yield StreamEvent::ToolCall(call);
+                        None
+                    }
+                    AttemptEvent::Usage(u) => {
+                        run.usage = Some(u);
+                        None
+                    }
+                    AttemptEvent::Finished(reason) => {
+                        cur.resolve(Ok(()));
+                        run.remember(&cur.route, reason);
+                        if run.req.include_usage {
+                            if let Some(u) = run.usage {
+                                yield StreamEvent::Usage(u);
+                            }
+                        }
+                        run.log_outcome("completed");
+                        yield StreamEvent::Finish { reason, envelope: run.env.clone() };
+                        return;
+                    }
+                    AttemptEvent::Failed(err) => {
+                        run.record_failure(&mut cur, &err);
+                        metrics::counter!(t::MIDSTREAM_TOTAL, "class" => err.class.as_str()).increment(1);
+                        // Close the failed upstream now, not when a recovery commits.
+                        let failed_route = Arc::clone(&cur.route);
+                        run.routes.set(&failed_route, routes::RouteState::Failed);
+                        drop(std::mem::replace(&mut cur, Attempt::closed(&failed_route)));
+                        Some(run.recover(&failed_route).await)
+                    }
+                };
+            }
+            let Some(recovery) = recovery else { continue };
+            match recovery {
+                Recovery::Restart { attempt, first, reset } => {
+                    if let Some(reason) = reset {
+                        yield StreamEvent::Reset { reason };
+                    }
+                    seam = if run.transcript.visible() { Seam::swallow(&run.transcript.text) } else { Seam::Pass };
+                    cur = attempt;
+                    stall = run.stall_limit(&cur.route);
+                    pending = Some(first);
+                    last_token = Instant::now();
                 }
-                AttemptEvent::Usage(u) => run.usage = Some(u),
-                AttemptEvent::Finished(reason) => {
-                    cur.resolve(Ok(()));
-                    run.remember(&cur.route, reason);
+                Recovery::Continue { from, attempt, first } => {
+                    if run.ctx.dialect.can_reset() {
+                        yield StreamEvent::RouteSwitch { from, to: attempt.route.to_string() };
+                    }
+                    seam = run.continuation_seam(&attempt.route);
+                    cur = attempt;
+                    stall = run.stall_limit(&cur.route);
+                    pending = Some(first);
+                    last_token = Instant::now();
+                }
+                Recovery::Done(reason) => {
                     if run.req.include_usage {
                         if let Some(u) = run.usage {
                             yield StreamEvent::Usage(u);
@@ -141,61 +205,26 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
                     yield StreamEvent::Finish { reason, envelope: run.env.clone() };
                     return;
                 }
-                AttemptEvent::Failed(err) => {
-                    run.record_failure(&mut cur, &err);
-                    metrics::counter!(t::MIDSTREAM_TOTAL, "class" => err.class.as_str()).increment(1);
-                    // Close the failed upstream now, not when a recovery commits.
-                    let failed_route = Arc::clone(&cur.route);
-                    drop(std::mem::replace(&mut cur, Attempt::closed(&failed_route)));
-                    match run.recover(&failed_route).await {
-                        Recovery::Restart { attempt, first, reset } => {
-                            if let Some(reason) = reset {
-                                yield StreamEvent::Reset { reason };
-                            }
-                            seam = if run.transcript.visible() { Seam::swallow(&run.transcript.text) } else { Seam::Pass };
-                            cur = attempt;
-                            stall = run.stall_limit(&cur.route);
-                            pending = Some(first);
-                            last_token = Instant::now();
-                        }
-                        Recovery::Continue { attempt, first } => {
-                            if run.ctx.dialect.can_reset() {
-                                yield StreamEvent::RouteSwitch { from: failed_route.to_string(), to: attempt.route.to_string() };
-                            }
-                            seam = Seam::trim(&run.transcript.text);
-                            cur = attempt;
-                            stall = run.stall_limit(&cur.route);
-                            pending = Some(first);
-                            last_token = Instant::now();
-                        }
-                        Recovery::Done(reason) => {
-                            if run.req.include_usage {
-                                if let Some(u) = run.usage {
-                                    yield StreamEvent::Usage(u);
-                                }
-                            }
-                            run.log_outcome("completed");
-                            yield StreamEvent::Finish { reason, envelope: run.env.clone() };
-                            return;
-                        }
-                        Recovery::Truncate => {
-                            run.log_outcome("truncated");
-                            yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope: run.env.clone() };
-                            return;
-                        }
-                        Recovery::Fail(e) => {
-                            yield StreamEvent::Error(e);
-                            return;
-                        }
-                    }
+                Recovery::Truncate => {
+                    run.log_outcome("truncated");
+                    yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope: run.env.clone() };
+                    return;
+                }
+                Recovery::Fail(e) => {
+                    run.log_outcome(e.class.as_str());
+                    yield StreamEvent::Error(e);
+                    return;
                 }
             }
         }
     })
 }
 
-/// A restart the client could not be told about did not reproduce what it was sent.
-struct Diverged;
+/// What the seam let through, as events for the client, or a continuation to replace.
+enum Joined {
+    Events(Vec<StreamEvent>),
+    StartOver,
+}
 
 enum Recovery {
     Restart {
@@ -204,6 +233,7 @@ enum Recovery {
         reset: Option<String>,
     },
     Continue {
+        from: String,
         attempt: Attempt,
         first: AttemptEvent,
     },
@@ -217,18 +247,23 @@ struct Run {
     mux: Arc<Mux>,
     req: Arc<ChatRequest>,
     ctx: RequestCtx,
-    queue: VecDeque<Candidate>,
+    /// The plan's routes and what happened to each in this request.
+    routes: routes::Routes,
     started: Instant,
     deadline: Instant,
     env: Envelope,
     attempts: u32,
+    /// Attempts that count toward `limits.max_attempts` (a same-route retry does not).
+    budgeted_attempts: u32,
     recoveries: u32,
+    /// No second upstream may see this request (no hedge, no shadow).
+    side_effecting: bool,
     hedge: Result<(), NoHedge>,
     rtype: ResponseType,
     transcript: Transcript,
     usage: Option<Usage>,
-    /// Routes passed over without an attempt, with the reason (decision record).
-    skipped: Vec<(String, String, Option<Duration>)>,
+    /// The class of every failed attempt, in `env.fell_back_from` order.
+    fail_classes: Vec<ErrorClass>,
     /// Retry-After hints from failed attempts.
     retry_hints: Vec<Duration>,
     /// The plan as made (candidates, ranking with score breakdowns, exclusions, lease): the
@@ -246,6 +281,7 @@ impl Run {
         let deadline = started + ctx.deadline.unwrap_or(mux.config.server.deadline);
         let rtype = ctx.response_type.unwrap_or_else(|| req.detected_response_type());
         let hedge = launch::hedge_allowed(&mux, &ctx, &plan);
+        let side_effecting = launch::side_effecting(&mux, &ctx, &plan);
         mux.budget_deposit(started);
         mux.retry_deposit(started);
         let env = Envelope {
@@ -254,24 +290,26 @@ impl Run {
             ..Envelope::default()
         };
         Run {
-            queue: plan.candidates.clone().into(),
+            routes: routes::Routes::new(
+                plan.candidates.clone(),
+                plan.excluded.iter().map(|e| (e.route.clone(), e.reason.clone())),
+                started,
+            ),
             calls: Vec::new(),
             started,
             deadline,
             env,
             attempts: 0,
+            budgeted_attempts: 0,
             recoveries: 0,
+            side_effecting,
             hedge,
             rtype,
             transcript: Transcript::default(),
             usage: None,
             retry_hints: Vec::new(),
             retried: Default::default(),
-            skipped: plan
-                .excluded
-                .iter()
-                .map(|e| (e.route.clone(), e.reason.clone(), None))
-                .collect(),
+            fail_classes: Vec::new(),
             plan,
             mux,
             req,
@@ -290,18 +328,49 @@ impl Run {
         self.mux.health.stall_limit(route, configured, Instant::now())
     }
 
-    /// Ends the seam: held continuation text to send, or `Diverged` when a swallowed restart
-    /// ended short of what the client already has.
-    fn close_seam(&mut self, seam: &mut Seam) -> Result<Option<String>, Diverged> {
-        let out = match std::mem::replace(seam, Seam::Pass).finish() {
-            SeamOut::Diverged => return Err(Diverged),
-            SeamOut::Emit(s) if !s.is_empty() => Some(s),
-            _ => None,
-        };
-        if let Some(s) = &out {
-            self.transcript.push_text(s);
+    /// The seam for a continuation committed on `route`: verified against everything the
+    /// client holds, knowing what the route's convention withheld from the prefill.
+    fn continuation_seam(&self, route: &str) -> Seam {
+        let convention = self.route_config(route).map(|r| r.prefill).unwrap_or_default();
+        let text = &self.transcript.text;
+        let sent = convention.sent_text(text);
+        Seam::verify(text, &text[sent.len()..])
+    }
+
+    /// The events for what the seam let through: text for the client, or, when the new
+    /// attempt turned out to be a different answer, a reset and that answer (clients that
+    /// can be told) or an honest error (the SDK dialects).
+    fn joined(&mut self, out: SeamOut, cur: &Attempt) -> Joined {
+        Joined::Events(match out {
+            SeamOut::Emit(s) if !s.is_empty() => {
+                self.transcript.push_text(&s);
+                vec![StreamEvent::TextDelta(s)]
+            }
+            SeamOut::Emit(_) | SeamOut::Hold => Vec::new(),
+            SeamOut::Diverged { replay } if self.ctx.dialect.can_reset() => {
+                self.env.resets += 1;
+                self.transcript.clear();
+                let mut events = vec![StreamEvent::Reset {
+                    reason: format!("{} did not continue the answer; its new answer replaces it", cur.route),
+                }];
+                if !replay.is_empty() {
+                    self.transcript.push_text(&replay);
+                    events.push(StreamEvent::TextDelta(replay));
+                }
+                events
+            }
+            SeamOut::Diverged { .. } => vec![self.diverged(cur)],
+            SeamOut::StartOver => return Joined::StartOver,
+        })
+    }
+
+    fn seam_verdict(&mut self, verdict: Option<SeamVerdict>) {
+        if let Some(v) = verdict {
+            metrics::counter!(t::SEAMS_TOTAL, "verdict" => v.metric_label()).increment(1);
+            if v != SeamVerdict::Continued {
+                tracing::debug!(request_id = %self.ctx.request_id, verdict = v.metric_label(), "continuation started over");
+            }
         }
-        Ok(out)
     }
 
     fn since_start(&self, now: Instant) -> u64 {

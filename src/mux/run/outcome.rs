@@ -17,9 +17,20 @@ impl Run {
     pub(super) fn record_failure(&mut self, attempt: &mut Attempt, err: &ProviderError) {
         attempt.resolve(Err(err));
         metrics::counter!(t::UPSTREAM_ERRORS_TOTAL, "route" => attempt.route.to_string(), "class" => err.metric_label()).increment(1);
-        if err.class == ErrorClass::Auth {
-            metrics::counter!(t::AUTH_ERRORS_TOTAL, "route" => attempt.route.to_string()).increment(1);
-            tracing::error!(route = %attempt.route, status = ?err.status, "upstream rejected tailcut's credentials: check the route's api_key_env");
+        match err.class {
+            ErrorClass::Auth => {
+                metrics::counter!(t::AUTH_ERRORS_TOTAL, "route" => attempt.route.to_string()).increment(1);
+                tracing::error!(route = %attempt.route, status = ?err.status, "upstream rejected tailcut's credentials: check the route's api_key_env");
+            }
+            ErrorClass::NotFound => {
+                metrics::counter!(t::CONFIG_ERRORS_TOTAL, "route" => attempt.route.to_string(), "class" => err.metric_label()).increment(1);
+                tracing::error!(route = %attempt.route, status = ?err.status, "upstream does not know this route's model or URL: check the route's model and base_url");
+            }
+            ErrorClass::Quota => {
+                metrics::counter!(t::CONFIG_ERRORS_TOTAL, "route" => attempt.route.to_string(), "class" => err.metric_label()).increment(1);
+                tracing::error!(route = %attempt.route, status = ?err.status, "upstream account is out of quota or credit: the route is cooled");
+            }
+            _ => {}
         }
         self.retry_hints.extend(err.retry_after);
         self.push_failed(attempt, err);
@@ -27,6 +38,7 @@ impl Run {
 
     fn push_failed(&mut self, attempt: &Attempt, err: &ProviderError) {
         let now = Instant::now();
+        self.fail_classes.push(err.class);
         self.env.fell_back_from.push(FailedAttempt {
             route: attempt.route.to_string(),
             class: err.class.as_str().to_string(),
@@ -40,16 +52,25 @@ impl Run {
     /// Every route was tried or passed over: the most telling error for the client.
     pub(super) fn exhausted(&mut self) -> ErrorEvent {
         let fails = &self.env.fell_back_from;
-        let waits: Vec<Duration> = self.skipped.iter().filter_map(|s| s.2).collect();
-        let (class, status, retry_after) = if fails.is_empty() {
+        let classes = &self.fail_classes;
+        let now = Instant::now();
+        let waits: Vec<Duration> = self.routes.skipped().filter_map(|s| s.1.wait(now)).collect();
+        let (class, status, retry_after) = if fails.is_empty() && self.routes.only_deadline_skips() {
+            // The client's own deadline left no route enough time: a timeout, not overload
+            // (a Retry-After would only make SDKs repeat the same hopeless request).
+            (ErrorClass::Timeout, 504, None)
+        } else if fails.is_empty() {
             (
                 ErrorClass::Overloaded,
                 503,
                 waits.iter().min().copied().or(Some(Duration::from_secs(1))),
             )
-        } else if fails.iter().all(|f| f.class == "rate_limited") {
+        } else if classes.iter().all(|c| *c == ErrorClass::RateLimited) {
             (ErrorClass::RateLimited, 429, None)
-        } else if fails.iter().any(|f| f.class == "timeout") {
+        } else if classes.iter().all(|c| *c == ErrorClass::ContextLength) {
+            // Every route said the prompt is too long: that is the client's to fix.
+            (ErrorClass::ContextLength, 400, None)
+        } else if classes.contains(&ErrorClass::Timeout) {
             (ErrorClass::Timeout, 504, None)
         } else if fails.iter().all(|f| f.status == Some(503)) {
             (ErrorClass::Unavailable, 503, None)
@@ -63,7 +84,11 @@ impl Run {
                 None => format!("{} ({}: {})", f.route, f.class, f.message),
             })
             .collect();
-        parts.extend(self.skipped.iter().map(|(r, why, _)| format!("{r} (skipped: {why})")));
+        parts.extend(
+            self.routes
+                .skipped()
+                .map(|(r, why, at)| format!("{r} (skipped: {})", why.reason(at))),
+        );
         let message = format!("no route could serve the request: {}", parts.join("; "));
         let mut err = ProviderError::new(class, message);
         err.retry_after = retry_after;
@@ -77,7 +102,6 @@ impl Run {
         if env.route.is_none() {
             env.level = Level::L4;
         }
-        self.log_outcome(err.class.as_str());
         let (message, status) = match err.class {
             ErrorClass::Auth => (
                 format!(
@@ -105,6 +129,7 @@ impl Run {
         }
     }
 
+    /// The decision record, logged once per request where its outcome is decided.
     pub(super) fn log_outcome(&self, outcome: &str) {
         let completed = outcome == "completed";
         macro_rules! decided {
@@ -119,7 +144,7 @@ impl Run {
             hedged = self.env.hedged,
             ttft_ms = self.env.ttft_ms,
             fell_back_from = ?self.env.fell_back_from.iter().map(|f| (&f.route, &f.class, f.status)).collect::<Vec<_>>(),
-            skipped = ?self.skipped.iter().map(|s| (&s.0, &s.1)).collect::<Vec<_>>(),
+            skipped = ?self.routes.skipped().map(|(r, why, at)| (r, why.metric_label(), why.reason(at))).collect::<Vec<_>>(),
             plan = %serde_json::to_string(&self.plan).unwrap_or_default(),
             "request decided"
                 )

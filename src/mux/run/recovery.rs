@@ -29,10 +29,8 @@ impl Run {
                 Err(e) => Recovery::Fail(e),
             };
         }
-        let prefill_route = self
-            .queue
-            .iter()
-            .any(|c| self.route_config(&c.route).is_some_and(|r| r.capabilities.prefill));
+        let prefill_route = self.routes.any_untried(|c| self.can_continue(&c.route))
+            || (!self.routes.any_untried(|_| true) && self.can_continue(failed_route));
         let pair = self.mux.config.policies.for_type(self.rtype);
         let policy = midstream::choose(pair, self.rtype, &self.transcript, prefill_route);
         self.env.policy = Some(policy.as_str().into());
@@ -50,7 +48,11 @@ impl Run {
                 match self.first_token(false, Some(&partial)).await {
                     Ok((attempt, first)) => {
                         self.env.route_switches += 1;
-                        Recovery::Continue { attempt, first }
+                        Recovery::Continue {
+                            from: failed_route.to_string(),
+                            attempt,
+                            first,
+                        }
                     }
                     // No route could continue: the type's fallback, if it is a restart.
                     Err(_) if pair.1 == MidStreamPolicy::Restart => {
@@ -68,6 +70,23 @@ impl Run {
                         Recovery::Truncate
                     }
                 }
+            }
+        }
+    }
+
+    /// The continuation on `cur` could not be told from a restart (`SeamOut::StartOver`):
+    /// nothing of it was sent; drop it and restart, on the same route if it is the best one
+    /// left (it answered; it only did not continue).
+    pub(super) async fn start_over(&mut self, cur: &mut Attempt) -> Recovery {
+        let route = Arc::clone(&cur.route);
+        drop(std::mem::replace(cur, Attempt::closed(&route)));
+        self.routes.set(&route, super::routes::RouteState::PrefillRefused);
+        self.env.policy = Some(MidStreamPolicy::Restart.as_str().into());
+        match self.first_token(false, None).await {
+            Ok((attempt, first)) => self.restarted(&route, attempt, first),
+            Err(_) => {
+                self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                Recovery::Truncate
             }
         }
     }

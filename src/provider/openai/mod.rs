@@ -11,7 +11,6 @@ use futures::future::BoxFuture;
 use reqwest::header::AUTHORIZATION;
 use reqwest::RequestBuilder;
 
-
 use crate::provider::http::{open_stream, Endpoint};
 use crate::provider::{DeltaStream, Provider, ProviderError, UpstreamRequest};
 

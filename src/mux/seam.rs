@@ -1,0 +1,349 @@
+//! The seam: how a new attempt's text is joined to what the client already holds after a
+//! mid-stream failure, so that the client ends with one coherent answer or an honest error.
+//!
+//! # The contract
+//! The mux knows exactly what the client holds (the transcript). What the client ends with
+//! is one of:
+//! - the sent prefix plus what the continuation route generated after it (nothing the
+//!   continuation generated is dropped; whitespace an adapter had to strip from the prefill
+//!   is not sent twice);
+//! - after a `reset` (native clients), the new route's answer;
+//! - for a restart a client cannot be told about, the new answer when it repeats the sent
+//!   text exactly (the repeat is swallowed), else an honest error;
+//! - never a silently wrong text.
+//!
+//! # Verifying a continuation
+//! A continuation request ends with the partial answer as the final assistant message, but an
+//! upstream may ignore it and start over (a proxy in between, a template change, OpenAI's own
+//! API). So the continuation's first bytes are compared with the client's text from its
+//! start, and held while they repeat it:
+//! - they differ at the first byte (continuations start with a space, punctuation or the
+//!   rest of a word; answers start with their first word): a continuation. The whitespace the
+//!   adapter stripped from the prefill is dropped from its start when the continuation
+//!   re-emits it, and everything else is sent;
+//! - they repeat *all* of the client's text: the upstream started over and reproduced the
+//!   answer; the repeat is swallowed and what follows is sent (`RestartMatched`);
+//! - they repeat some of it and then differ: either a restart with a different answer or a
+//!   continuation that happens to begin like the answer. Text cannot tell which, and either
+//!   guess can be wrong, so neither is sent: the continuation is dropped and the mux restarts
+//!   (`SeamOut::StartOver`), which is unambiguous (a matching restart is swallowed, a
+//!   different one is a reset or an honest error).
+//!
+//! # Known limits
+//! Text alone cannot tell two cases apart, and they are decided as follows:
+//! - an upstream that ignores the prefill and writes a different answer whose very first
+//!   character differs from the original's looks exactly like a continuation and is sent as
+//!   one;
+//! - a genuine continuation that begins with the *whole* of the client's text (the answer
+//!   repeats itself exactly at the cut: "No. No." cut after "No. ") is taken for a matching
+//!   restart, and the client ends with the answer missing that one repeat.
+//!
+//! Nothing here trims "overlap" at the seam: a continuation that repeats the last words on
+//! purpose ("The very" + " very old") is real text and is kept.
+
+/// How new text is joined to what the client already has.
+#[derive(Debug, Clone)]
+pub enum Seam {
+    /// Forward everything.
+    Pass,
+    /// A restart the client cannot be told about: drop new text while it repeats `expected`.
+    Swallow { expected: String, matched: usize },
+    /// A continuation, held until it is known not to be a restart of `partial`.
+    Verify {
+        /// What the client holds.
+        partial: String,
+        /// The part of `partial` the route was not sent (whitespace its convention strips).
+        withheld: String,
+        /// Continuation text not yet judged.
+        held: String,
+    },
+}
+
+/// What to do with one piece of new text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeamOut {
+    Emit(String),
+    Hold,
+    /// The new text is a different answer from the one the client holds. `replay` is that
+    /// answer's text so far, for a client that can be told to reset.
+    Diverged {
+        replay: String,
+    },
+    /// The continuation cannot be told from a restart: drop it and restart instead.
+    StartOver,
+}
+
+/// What a judged continuation turned out to be (decision record, metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeamVerdict {
+    /// A real continuation.
+    Continued,
+    /// The upstream started over and reproduced the answer: the repeat was swallowed.
+    RestartMatched,
+    /// It repeated the start of the answer and then differed: dropped for a restart.
+    Ambiguous,
+}
+
+impl SeamVerdict {
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            SeamVerdict::Continued => "continued",
+            SeamVerdict::RestartMatched => "restart_matched",
+            SeamVerdict::Ambiguous => "ambiguous",
+        }
+    }
+}
+
+impl Seam {
+    pub fn swallow(expected: &str) -> Seam {
+        Seam::Swallow {
+            expected: expected.to_string(),
+            matched: 0,
+        }
+    }
+
+    /// A continuation of `partial`, whose route was sent all of it but `withheld` (a suffix).
+    pub fn verify(partial: &str, withheld: &str) -> Seam {
+        if partial.is_empty() {
+            return Seam::Pass;
+        }
+        Seam::Verify {
+            partial: partial.to_string(),
+            withheld: withheld.to_string(),
+            held: String::new(),
+        }
+    }
+
+    pub fn is_pass(&self) -> bool {
+        matches!(self, Seam::Pass)
+    }
+
+    /// Feeds one piece of new text.
+    pub fn feed(&mut self, text: &str) -> (SeamOut, Option<SeamVerdict>) {
+        match self {
+            Seam::Pass => (SeamOut::Emit(text.to_string()), None),
+            Seam::Swallow { expected, matched } => {
+                let out = swallow(expected, matched, text);
+                if matches!(out, SeamOut::Emit(_)) || *matched == expected.len() {
+                    *self = Seam::Pass;
+                }
+                (out, None)
+            }
+            Seam::Verify { held, .. } => {
+                held.push_str(text);
+                self.judge(false)
+            }
+        }
+    }
+
+    /// The answer ended: release held text, or report that the new answer fell short of or
+    /// differs from what the client has.
+    pub fn finish(&mut self) -> (SeamOut, Option<SeamVerdict>) {
+        match self {
+            Seam::Pass => (SeamOut::Hold, None),
+            Seam::Swallow { expected, matched } => {
+                let replay = expected[..*matched].to_string();
+                *self = Seam::Pass;
+                (SeamOut::Diverged { replay }, None)
+            }
+            Seam::Verify { .. } => self.judge(true),
+        }
+    }
+
+    fn judge(&mut self, ended: bool) -> (SeamOut, Option<SeamVerdict>) {
+        let Seam::Verify {
+            partial,
+            withheld,
+            held,
+        } = self
+        else {
+            return (SeamOut::Hold, None);
+        };
+        let k = common_prefix(held, partial);
+        if k == partial.len() {
+            // Started over and reproduced everything the client has: swallow the repeat.
+            let rest = held[k..].to_string();
+            *self = Seam::Pass;
+            return (SeamOut::Emit(rest), Some(SeamVerdict::RestartMatched));
+        }
+        if k == held.len() && !ended {
+            return (SeamOut::Hold, None);
+        }
+        if k > 0 {
+            *self = Seam::Pass;
+            return (SeamOut::StartOver, Some(SeamVerdict::Ambiguous));
+        }
+        // A continuation: drop its re-emission of the whitespace the prefill lost.
+        let skip = common_prefix(held, withheld);
+        let out = held[skip..].to_string();
+        *self = Seam::Pass;
+        (SeamOut::Emit(out), Some(SeamVerdict::Continued))
+    }
+}
+
+fn swallow(expected: &str, matched: &mut usize, text: &str) -> SeamOut {
+    let rest = &expected[*matched..];
+    if rest.len() >= text.len() {
+        if rest.starts_with(text) {
+            *matched += text.len();
+            SeamOut::Hold
+        } else {
+            SeamOut::Diverged {
+                replay: format!("{}{text}", &expected[..*matched]),
+            }
+        }
+    } else if text.starts_with(rest) {
+        // `text` starts with `rest`, so `rest.len()` is a char boundary in it.
+        *matched = expected.len();
+        SeamOut::Emit(text[rest.len()..].to_string())
+    } else {
+        SeamOut::Diverged {
+            replay: format!("{}{text}", &expected[..*matched]),
+        }
+    }
+}
+
+/// Bytes both strings start with, at a char boundary of both.
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.char_indices()
+        .zip(b.chars())
+        .find(|((_, ca), cb)| ca != cb)
+        .map_or_else(|| a.len().min(b.len()), |((i, _), _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `pieces` then finishes; returns what was emitted, or `Err(replay)` on divergence.
+    fn run(mut seam: Seam, pieces: &[&str]) -> Result<String, String> {
+        let mut out = String::new();
+        for p in pieces {
+            match seam.feed(p).0 {
+                SeamOut::Emit(s) => out.push_str(&s),
+                SeamOut::Hold => {}
+                SeamOut::Diverged { replay } => return Err(replay),
+                SeamOut::StartOver => return Err("start over".into()),
+            }
+        }
+        match seam.finish().0 {
+            SeamOut::Emit(s) => out.push_str(&s),
+            SeamOut::Hold => {}
+            SeamOut::Diverged { replay } => return Err(replay),
+            SeamOut::StartOver => return Err("start over".into()),
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn swallow_hides_a_matching_restart_and_emits_what_follows() {
+        let mut seam = Seam::swallow("Hello wor");
+        assert_eq!(seam.feed("Hello").0, SeamOut::Hold);
+        assert_eq!(seam.feed(" wor").0, SeamOut::Hold);
+        assert!(seam.is_pass(), "all of the sent text was matched");
+        assert_eq!(seam.feed("ld").0, SeamOut::Emit("ld".into()));
+    }
+
+    #[test]
+    fn swallow_emits_the_extension_of_a_token_that_crosses_the_seam() {
+        assert_eq!(run(Seam::swallow("Hello wo"), &["Hello", " world"]), Ok("rld".into()));
+    }
+
+    #[test]
+    fn swallow_reports_divergence_and_a_short_answer() {
+        assert!(
+            run(Seam::swallow("Hello world"), &["Hello", " there"]).is_err(),
+            "a different answer must not be spliced"
+        );
+        assert!(
+            run(Seam::swallow("Hello world"), &["Hello"]).is_err(),
+            "a shorter answer than what was sent is not the same answer"
+        );
+    }
+
+    #[test]
+    fn a_continuation_that_repeats_the_last_words_on_purpose_is_kept() {
+        assert_eq!(
+            run(Seam::verify("The very", ""), &[" very", " old"]),
+            Ok(" very old".into()),
+            "\"The very very old\" is the real text"
+        );
+        assert_eq!(
+            run(Seam::verify("It costs $1,000", ""), &[",000", " per year"]),
+            Ok(",000 per year".into()),
+            "digit groups are not overlap"
+        );
+    }
+
+    #[test]
+    fn stripped_whitespace_is_not_sent_twice() {
+        assert_eq!(
+            run(Seam::verify("Para one.\n\n", "\n\n"), &["\n\nPara", " two."]),
+            Ok("Para two.".into())
+        );
+        assert_eq!(
+            run(Seam::verify("one two ", " "), &[" three"]),
+            Ok("three".into()),
+            "the re-emitted space is dropped"
+        );
+        assert_eq!(
+            run(Seam::verify("one two ", " "), &["three"]),
+            Ok("three".into()),
+            "a continuation that does not re-emit it loses nothing"
+        );
+        assert_eq!(
+            run(Seam::verify("a\n\n", "\n\n"), &["\nb"]),
+            Ok("b".into()),
+            "only what was withheld is dropped"
+        );
+    }
+
+    #[test]
+    fn a_continuation_that_starts_over_is_swallowed() {
+        assert_eq!(
+            run(Seam::verify("Hello big", ""), &["Hello", " big", " wide", " world"]),
+            Ok(" wide world".into())
+        );
+        assert_eq!(
+            run(Seam::verify("Na", ""), &["Naïve", " idea"]),
+            Ok("ïve idea".into()),
+            "a cut inside a word"
+        );
+        assert_eq!(
+            run(Seam::verify("日本", ""), &["日本語", "です"]),
+            Ok("語です".into()),
+            "a cut between multi-byte characters"
+        );
+    }
+
+    #[test]
+    fn a_continuation_that_begins_like_the_answer_and_differs_is_replaced_by_a_restart() {
+        let start_over = Err("start over".to_string());
+        assert_eq!(
+            run(Seam::verify("The answer is 42", ""), &["The", " result"]),
+            start_over,
+            "a restart with another answer"
+        );
+        assert_eq!(
+            run(Seam::verify("The cat sat. ", ""), &["The", " dog ran."]),
+            start_over,
+            "or a continuation that begins with the answer's first word: text cannot tell"
+        );
+        assert_eq!(
+            run(Seam::verify("The answer is 42", ""), &["The", " answer"]),
+            start_over,
+            "a restart that ends before covering what was sent"
+        );
+    }
+
+    #[test]
+    fn a_real_continuation_is_not_held_back() {
+        let mut seam = Seam::verify("The quick brown", "");
+        assert_eq!(
+            seam.feed(" fox").0,
+            SeamOut::Emit(" fox".into()),
+            "a continuation is judged at its first differing byte"
+        );
+        assert!(seam.is_pass());
+    }
+}
