@@ -259,6 +259,11 @@ impl Gateway {
         &self.health
     }
 
+    /// The mux, for the background prober (`mux::probe`), which probes through its providers.
+    pub fn mux(&self) -> &Arc<Mux> {
+        &self.mux
+    }
+
     /// Plans the request and returns its event stream. The first event is `Start` (commit)
     /// or `Error` (nothing was committed: render it as an HTTP error).
     pub fn chat(&self, req: ChatRequest, mut ctx: RequestCtx) -> Result<EventStream, GatewayError> {

@@ -11,7 +11,8 @@
 //!    `GET /` (playground) and `GET /dashboard` serve `static/` pages embedded in the binary.
 //!
 //! Shutdown (SIGTERM or ctrl-c): stop accepting, mark `/readyz` unready, let in-flight
-//! streams finish for up to `drain`, then cut what is left.
+//! streams finish for up to `drain`, then cut what is left. The background breaker prober
+//! (`mux::probe`) runs beside the accept loop and stops with it.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -148,6 +149,9 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<Running, Sta
     let (stop, mut stopped) = watch::channel(false);
     let task_state = state.clone();
     let task = tokio::spawn(async move {
+        // Probes routes behind open breakers for as long as the server serves; dropped
+        // (cancelled) when it is done.
+        let _prober = crate::mux::probe::Prober::spawn(Arc::clone(task_state.gateway.mux()));
         serve(listener, task_state, async move {
             let _ = stopped.wait_for(|s| *s).await;
         })

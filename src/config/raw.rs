@@ -151,6 +151,8 @@ pub struct RawBreaker {
     pub cooldown_ms: Option<u64>,
     pub max_cooldown_ms: Option<u64>,
     pub half_open_probes: Option<u32>,
+    pub probe: Option<String>,
+    pub quota_cooldown_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,5 +1,5 @@
-//! Validation of the plain sections: `[server]` (with `[server.ws]`), `[hedge]` and the
-//! mid-stream `[policies]`.
+//! Validation of the plain sections: `[server]` (with `[server.ws]`), `[hedge]`, the
+//! mid-stream `[policies]` and `[breaker]`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::raw::{RawHedge, RawServer};
 use super::validate::Validator;
 use super::{HedgeConfig, MidStreamPolicy, PolicyConfig, ServerConfig};
+use crate::health::breaker::{BreakerConfig, ProbeMode};
 
 impl Validator {
     pub(super) fn server(&mut self, s: RawServer) -> ServerConfig {
@@ -112,25 +113,136 @@ impl Validator {
 }
 
 impl Validator {
-    pub(super) fn breaker(&mut self, b: super::raw::RawBreaker) -> crate::health::breaker::BreakerConfig {
-        let d = crate::health::breaker::BreakerConfig::default();
+    pub(super) fn breaker(&mut self, b: super::raw::RawBreaker) -> BreakerConfig {
+        let d = BreakerConfig::default();
+        let ms = Duration::from_millis;
         let error_rate = b.error_rate.unwrap_or(d.error_rate);
         if !(0.0..=1.0).contains(&error_rate) || error_rate == 0.0 {
             self.problem("breaker.error_rate", "must be in (0, 1]");
         }
-        let cooldown = b.cooldown_ms.map_or(d.cooldown, Duration::from_millis);
-        let max_cooldown = b.max_cooldown_ms.map_or(d.max_cooldown, Duration::from_millis);
+        let cooldown = b.cooldown_ms.map_or(d.cooldown, ms);
+        if cooldown.is_zero() {
+            // A zero cool-down doubles to zero: a failing route would be probed in a loop.
+            self.problem("breaker.cooldown_ms", "must be at least 1");
+        }
+        // Unset, the cap follows a longer base cool-down rather than reject it.
+        let max_cooldown = b.max_cooldown_ms.map_or(d.max_cooldown.max(cooldown), ms);
         if cooldown > max_cooldown {
             self.problem("breaker.cooldown_ms", "must not exceed breaker.max_cooldown_ms");
         }
-        crate::health::breaker::BreakerConfig {
+        if max_cooldown > MAX_BREAKER_COOLDOWN {
+            self.problem(
+                "breaker.max_cooldown_ms",
+                format!(
+                    "must not exceed {} (a recovered route would wait that long)",
+                    MAX_BREAKER_COOLDOWN.as_millis()
+                ),
+            );
+        }
+        let probe = match b.probe.as_deref() {
+            None => d.probe,
+            Some(s) => ProbeMode::parse(s).unwrap_or_else(|| {
+                self.problem("breaker.probe", "must be \"background\" or \"traffic\"");
+                d.probe
+            }),
+        };
+        let quota_cooldown = b.quota_cooldown_ms.map_or(d.quota_cooldown, ms);
+        if quota_cooldown.is_zero() || quota_cooldown > MAX_QUOTA_COOLDOWN {
+            self.problem(
+                "breaker.quota_cooldown_ms",
+                format!("must be in [1, {}]", MAX_QUOTA_COOLDOWN.as_millis()),
+            );
+        }
+        BreakerConfig {
             window: b.window_secs.map_or(d.window, |s| Duration::from_secs(s.max(1))),
             min_volume: b.min_volume.unwrap_or(d.min_volume),
             error_rate: error_rate.clamp(0.0, 1.0),
             consecutive_failures: b.consecutive_failures.unwrap_or(d.consecutive_failures),
-            cooldown,
-            max_cooldown,
+            cooldown: cooldown.max(ms(1)),
+            max_cooldown: max_cooldown.max(ms(1)),
             half_open_probes: b.half_open_probes.unwrap_or(d.half_open_probes).max(1),
+            probe,
+            quota_cooldown: quota_cooldown.clamp(ms(1), MAX_QUOTA_COOLDOWN),
+        }
+    }
+}
+
+/// The longest spacing between two probes of a route a config may ask for.
+const MAX_BREAKER_COOLDOWN: Duration = Duration::from_secs(600);
+/// The longest a quota failure may cool a route (Health's cap on any cooling).
+const MAX_QUOTA_COOLDOWN: Duration = Duration::from_secs(3600);
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::{load_str, ConfigError};
+    use crate::health::breaker::ProbeMode;
+
+    fn with_breaker(section: &str) -> Result<crate::config::Config, ConfigError> {
+        load_str(&format!(
+            "[[routes]]\nname = \"a\"\nprovider = \"simulated\"\n[models.chat]\nroutes = [\"a\"]\n[breaker]\n{section}"
+        ))
+    }
+
+    fn problem_paths(section: &str) -> Vec<String> {
+        match with_breaker(section) {
+            Err(ConfigError::Invalid(problems)) => problems.into_iter().map(|p| p.path).collect(),
+            Err(e) => panic!("a validation error, not {e}"),
+            Ok(_) => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn breaker_defaults_probe_in_the_background_with_a_short_cap() {
+        let cfg = with_breaker("").expect("valid");
+        assert_eq!(cfg.breaker.probe, ProbeMode::Background, "background probes by default");
+        assert_eq!(
+            cfg.breaker.max_cooldown,
+            Duration::from_secs(5),
+            "probes at most 5 s apart"
+        );
+        assert_eq!(
+            cfg.breaker.quota_cooldown,
+            Duration::from_secs(300),
+            "quota cools for 5 min"
+        );
+    }
+
+    #[test]
+    fn breaker_keys_are_read() {
+        let cfg =
+            with_breaker("probe = \"traffic\"\nmax_cooldown_ms = 8000\nquota_cooldown_ms = 60000\n").expect("valid");
+        assert_eq!(cfg.breaker.probe, ProbeMode::Traffic, "probe");
+        assert_eq!(cfg.breaker.max_cooldown, Duration::from_secs(8), "max_cooldown_ms");
+        assert_eq!(cfg.breaker.quota_cooldown, Duration::from_secs(60), "quota_cooldown_ms");
+    }
+
+    #[test]
+    fn a_long_base_cooldown_raises_an_unset_cap() {
+        let cfg = with_breaker("cooldown_ms = 8000\n").expect("valid without max_cooldown_ms");
+        assert_eq!(
+            cfg.breaker.max_cooldown,
+            Duration::from_secs(8),
+            "the cap follows the base"
+        );
+    }
+
+    #[test]
+    fn bad_breaker_values_are_reported_with_their_path() {
+        for (section, path) in [
+            ("probe = \"sometimes\"\n", "breaker.probe"),
+            ("cooldown_ms = 0\n", "breaker.cooldown_ms"),
+            ("cooldown_ms = 3000\nmax_cooldown_ms = 2000\n", "breaker.cooldown_ms"),
+            ("max_cooldown_ms = 36000000\n", "breaker.max_cooldown_ms"),
+            ("quota_cooldown_ms = 0\n", "breaker.quota_cooldown_ms"),
+            ("error_rate = 0.0\n", "breaker.error_rate"),
+        ] {
+            let paths = problem_paths(section);
+            assert!(
+                paths.iter().any(|p| p == path),
+                "{section:?} is a problem at {path}: {paths:?}"
+            );
         }
     }
 }

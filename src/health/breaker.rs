@@ -2,39 +2,77 @@
 //!
 //! # Why
 //! A route that keeps failing costs every request that tries it a failed attempt (and,
-//! before commit, a slice of its deadline). The breaker takes such a route out of the
-//! plan for a cool-down, then lets a few probes find out whether it recovered.
+//! before commit, a slice of its deadline; after commit, a mid-stream recovery). The
+//! breaker takes such a route out of the plan for a cool-down, then lets a probe find out
+//! whether it recovered.
 //!
 //! # States and triggers
-//! - **Closed**: all traffic passes. Outcomes go into a rolling window
+//! - **Closed**: all traffic passes. Every attempt's outcome is counted once, when it
+//!   resolves: a success at a normal finish, a failure at any failure that counts against
+//!   the route, before or after commit (a stream that dies mid-answer is a failure, not a
+//!   success at its first token). Outcomes go into a rolling window
 //!   ([`crate::health::window`]). The breaker opens when either
 //!   - the window holds at least `min_volume` outcomes and its error rate reaches
 //!     `error_rate`, or
 //!   - `consecutive_failures` failures arrive in a row (0 turns this trigger off).
 //! - **Open { until }**: no traffic until `until` (`now + cooldown`).
-//! - **Half-open**: once cooled, exactly `half_open_probes` concurrent requests are
-//!   admitted. The first probe success closes the breaker and resets the cool-down to its
-//!   base; the first probe failure opens it again with the cool-down doubled (capped at
-//!   `max_cooldown`). A probe that ends with neither (a cancelled hedge loser) hands its
-//!   slot back with [`Breaker::release_probe`].
+//! - **Half-open**: once cooled, a probe may run. With [`ProbeMode::Background`] the
+//!   background prober (`mux::probe`) sends a request of its own, one at a time, and no
+//!   user request is admitted; with [`ProbeMode::Traffic`] up to `half_open_probes` user
+//!   requests are admitted as probes. A probe's first token or success closes the
+//!   breaker and resets the cool-down to its base; a probe's failure opens it again with
+//!   the cool-down doubled (capped at `max_cooldown`). A probe that ends with neither (a
+//!   cancelled hedge loser) hands its slot back with [`Breaker::release`].
+//!
+//! # Tickets
+//! Every admission returns a [`Ticket`]: whether it is a probe, and the breaker's *epoch*
+//! (how many times it has opened) at admission. Outcomes are reported with their ticket,
+//! so only a probe's outcome can close or reopen a half-open breaker, only a probe frees a
+//! probe slot, and a straggler admitted before the breaker last opened (an older epoch)
+//! changes nothing: it is no evidence about the route since.
 //!
 //! Nothing here runs on its own: there is no task and no timer. Every method that
 //! depends on time takes `now`, and the open → half-open step happens when a caller
 //! looks at the breaker after `until`.
 //!
 //! # Known limits
-//! - Outcomes carry no ticket, so an outcome arriving while half-open is taken as a
-//!   probe's outcome whenever a probe is in flight, even if it belongs to a request
-//!   admitted before the breaker opened. Outcomes arriving while open, or half-open with
-//!   no probe in flight, are stragglers and are ignored.
 //! - The window is cleared on every transition, so a closed breaker starts from fresh
 //!   evidence and the error-rate trigger needs `min_volume` new outcomes to fire again.
+//! - A probe proves one request of one shape (a one-token answer); a route that answers
+//!   that but fails long answers is closed again and reopened by its real traffic.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::window::OutcomeCounts;
+
+/// Who finds out whether a cooled route recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// The background prober sends its own minimal request; half-open admits no user
+    /// request (users never pay for a probe).
+    Background,
+    /// Half-open admits `half_open_probes` user requests as probes.
+    Traffic,
+}
+
+impl ProbeMode {
+    pub fn parse(s: &str) -> Option<ProbeMode> {
+        match s {
+            "background" => Some(ProbeMode::Background),
+            "traffic" => Some(ProbeMode::Traffic),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeMode::Background => "background",
+            ProbeMode::Traffic => "traffic",
+        }
+    }
+}
 
 /// When a breaker opens and how long it stays open.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,10 +87,16 @@ pub struct BreakerConfig {
     pub consecutive_failures: u32,
     /// First cool-down after opening.
     pub cooldown: Duration,
-    /// Cap for the doubling cool-down.
+    /// Cap for the doubling cool-down: the longest gap between two probes of a route, so
+    /// about the longest a recovered route waits before it carries traffic again.
     pub max_cooldown: Duration,
-    /// Concurrent probes admitted when half-open (at least 1).
+    /// Concurrent user probes admitted when half-open with [`ProbeMode::Traffic`] (at least 1).
     pub half_open_probes: u32,
+    /// Who probes a cooled route.
+    pub probe: ProbeMode,
+    /// How long a route out of quota or credit is cooled (not a breaker state: the route's
+    /// cool-down, as after a 429).
+    pub quota_cooldown: Duration,
 }
 
 impl Default for BreakerConfig {
@@ -63,8 +107,10 @@ impl Default for BreakerConfig {
             error_rate: 0.5,
             consecutive_failures: 5,
             cooldown: Duration::from_secs(1),
-            max_cooldown: Duration::from_secs(30),
+            max_cooldown: Duration::from_secs(5),
             half_open_probes: 1,
+            probe: ProbeMode::Background,
+            quota_cooldown: Duration::from_secs(300),
         }
     }
 }
@@ -84,6 +130,21 @@ impl BreakerState {
             BreakerState::Open { .. } => "open",
             BreakerState::HalfOpen => "half_open",
         }
+    }
+}
+
+/// One admission through a breaker; hand it back with the outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    /// The breaker's epoch (openings so far) when this was admitted.
+    epoch: u64,
+    probe: bool,
+}
+
+impl Ticket {
+    /// Was this admitted as a half-open probe?
+    pub fn is_probe(&self) -> bool {
+        self.probe
     }
 }
 
@@ -108,6 +169,8 @@ pub struct Breaker {
     consecutive_failures: u32,
     cooldown: Duration,
     opened_reason: Option<String>,
+    /// Times the breaker has opened; tickets from an older epoch are stragglers.
+    epoch: u64,
 }
 
 impl Breaker {
@@ -119,6 +182,7 @@ impl Breaker {
             phase: Phase::Closed,
             consecutive_failures: 0,
             opened_reason: None,
+            epoch: 0,
         }
     }
 
@@ -126,52 +190,90 @@ impl Breaker {
         &self.cfg
     }
 
-    /// Would [`Breaker::try_acquire`] admit a request now? For the router's snapshot:
-    /// closed, or cooled down with a probe slot free.
-    pub fn allows(&self, now: Instant) -> bool {
+    /// Would [`Breaker::try_acquire`] admit a user request now under `mode`? For the
+    /// router's snapshot: closed, or (traffic probes only) cooled with a probe slot free.
+    pub fn allows(&self, now: Instant, mode: ProbeMode) -> bool {
         match self.phase {
             Phase::Closed => true,
+            _ if mode == ProbeMode::Background => false,
             Phase::Open { until } => now >= until,
             Phase::HalfOpen { probes_in_flight } => probes_in_flight < self.probe_slots(),
         }
     }
 
-    /// Admits one request if the breaker allows it. When half-open, an admitted request
-    /// is a probe and holds a probe slot until its outcome (or [`Breaker::release_probe`]).
-    pub fn try_acquire(&mut self, now: Instant) -> bool {
+    /// Admits one user request if the breaker allows it under `mode`. With traffic probes,
+    /// a request admitted while half-open is a probe and holds a probe slot until its
+    /// outcome (or [`Breaker::release`]).
+    pub fn try_acquire(&mut self, now: Instant, mode: ProbeMode) -> Option<Ticket> {
         match self.phase {
-            Phase::Closed => true,
+            Phase::Closed => Some(self.ticket(false)),
+            _ if mode == ProbeMode::Background => None,
             Phase::Open { until } if now >= until => {
                 self.phase = Phase::HalfOpen { probes_in_flight: 1 };
-                true
+                Some(self.ticket(true))
             }
-            Phase::Open { .. } => false,
             Phase::HalfOpen { probes_in_flight } if probes_in_flight < self.probe_slots() => {
                 self.phase = Phase::HalfOpen {
                     probes_in_flight: probes_in_flight + 1,
                 };
-                true
+                Some(self.ticket(true))
             }
-            Phase::HalfOpen { .. } => false,
+            Phase::Open { .. } | Phase::HalfOpen { .. } => None,
         }
     }
 
-    /// A request through this route succeeded (for the breaker: its failure class did not
-    /// count against the route).
-    pub fn on_success(&mut self, now: Instant) {
+    /// Admits the background prober's request once cooled: one probe at a time, whatever
+    /// `half_open_probes` says.
+    pub fn try_probe(&mut self, now: Instant) -> Option<Ticket> {
+        match self.phase {
+            Phase::Open { until } if now >= until => {}
+            Phase::HalfOpen { probes_in_flight: 0 } => {}
+            Phase::Closed | Phase::Open { .. } | Phase::HalfOpen { .. } => return None,
+        }
+        self.phase = Phase::HalfOpen { probes_in_flight: 1 };
+        Some(self.ticket(true))
+    }
+
+    /// When the next background probe may start: the end of the cool-down, `now` when
+    /// cooled with no probe in flight, `None` when closed or a probe is running.
+    pub fn probe_due(&self, now: Instant) -> Option<Instant> {
+        match self.phase {
+            Phase::Open { until } => Some(until),
+            Phase::HalfOpen { probes_in_flight: 0 } => Some(now),
+            Phase::Closed | Phase::HalfOpen { .. } => None,
+        }
+    }
+
+    /// The admitted request produced its first content token. A probe's first token is
+    /// proof of life and closes a half-open breaker; otherwise nothing is counted yet (the
+    /// outcome is counted once, when it resolves).
+    pub fn on_first_token(&mut self, ticket: Ticket) {
+        if self.is_current_probe(ticket) {
+            self.close();
+        }
+    }
+
+    /// The admitted request succeeded (for the breaker: it did not fail in a way that counts
+    /// against the route).
+    pub fn on_success(&mut self, now: Instant, ticket: Ticket) {
+        if ticket.epoch != self.epoch {
+            return;
+        }
         match self.phase {
             Phase::Closed => {
                 self.outcomes.record(now, true);
                 self.consecutive_failures = 0;
             }
-            Phase::HalfOpen { probes_in_flight } if probes_in_flight > 0 => self.close(),
-            // A straggler admitted before the breaker opened: no evidence about recovery.
+            Phase::HalfOpen { .. } if ticket.probe => self.close(),
             Phase::HalfOpen { .. } | Phase::Open { .. } => {}
         }
     }
 
-    /// A request through this route failed in a way that counts against it.
-    pub fn on_failure(&mut self, now: Instant) {
+    /// The admitted request failed in a way that counts against the route.
+    pub fn on_failure(&mut self, now: Instant, ticket: Ticket) {
+        if ticket.epoch != self.epoch {
+            return;
+        }
         match self.phase {
             Phase::Closed => {
                 self.outcomes.record(now, false);
@@ -180,7 +282,7 @@ impl Breaker {
                     self.open(now, reason);
                 }
             }
-            Phase::HalfOpen { probes_in_flight } if probes_in_flight > 0 => {
+            Phase::HalfOpen { .. } if ticket.probe => {
                 self.cooldown = self.cooldown.saturating_mul(2).min(self.cfg.max_cooldown);
                 self.open(now, "half-open probe failed".to_string());
             }
@@ -188,9 +290,13 @@ impl Breaker {
         }
     }
 
-    /// A probe ended with neither success nor failure (cancelled hedge loser, client gone):
-    /// its slot is free for another probe. Does nothing unless half-open.
-    pub fn release_probe(&mut self) {
+    /// The admitted request ended with neither success nor failure (cancelled hedge loser,
+    /// client gone, a failure that says nothing about the route): a probe's slot is free for
+    /// another probe. Does nothing for a non-probe or a straggler.
+    pub fn release(&mut self, ticket: Ticket) {
+        if !self.is_current_probe(ticket) {
+            return;
+        }
         if let Phase::HalfOpen { probes_in_flight } = &mut self.phase {
             *probes_in_flight = probes_in_flight.saturating_sub(1);
         }
@@ -230,6 +336,17 @@ impl Breaker {
         self.outcomes.volume(now)
     }
 
+    fn ticket(&self, probe: bool) -> Ticket {
+        Ticket {
+            epoch: self.epoch,
+            probe,
+        }
+    }
+
+    fn is_current_probe(&self, ticket: Ticket) -> bool {
+        ticket.probe && ticket.epoch == self.epoch && matches!(self.phase, Phase::HalfOpen { .. })
+    }
+
     fn probe_slots(&self) -> u32 {
         self.cfg.half_open_probes.max(1)
     }
@@ -255,6 +372,7 @@ impl Breaker {
         self.phase = Phase::Open {
             until: now + self.cooldown,
         };
+        self.epoch = self.epoch.wrapping_add(1);
         self.opened_reason = Some(reason);
         self.outcomes.reset();
         self.consecutive_failures = 0;
@@ -274,6 +392,8 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+    const TRAFFIC: ProbeMode = ProbeMode::Traffic;
+    const BACKGROUND: ProbeMode = ProbeMode::Background;
 
     fn rate_only() -> BreakerConfig {
         BreakerConfig {
@@ -282,13 +402,27 @@ mod tests {
         }
     }
 
-    /// Alternates outcomes so no failure streak forms: `failures` failures among `total`.
+    fn admit(breaker: &mut Breaker, now: Instant) -> Ticket {
+        breaker.try_acquire(now, TRAFFIC).expect("the breaker admits")
+    }
+
+    fn fail(breaker: &mut Breaker, now: Instant) {
+        let t = admit(breaker, now);
+        breaker.on_failure(now, t);
+    }
+
+    fn succeed(breaker: &mut Breaker, now: Instant) {
+        let t = admit(breaker, now);
+        breaker.on_success(now, t);
+    }
+
+    /// `failures` failures among `total` outcomes, failures first.
     fn feed(breaker: &mut Breaker, now: Instant, total: u32, failures: u32) {
         for i in 0..total {
             if i < failures {
-                breaker.on_failure(now);
+                fail(breaker, now);
             } else {
-                breaker.on_success(now);
+                succeed(breaker, now);
             }
         }
     }
@@ -307,8 +441,10 @@ mod tests {
         assert_eq!(cfg.error_rate, 0.5, "error rate");
         assert_eq!(cfg.consecutive_failures, 5, "consecutive failures");
         assert_eq!(cfg.cooldown, Duration::from_secs(1), "cooldown");
-        assert_eq!(cfg.max_cooldown, Duration::from_secs(30), "max cooldown");
+        assert_eq!(cfg.max_cooldown, Duration::from_secs(5), "max cooldown");
         assert_eq!(cfg.half_open_probes, 1, "half-open probes");
+        assert_eq!(cfg.probe, BACKGROUND, "background probes");
+        assert_eq!(cfg.quota_cooldown, Duration::from_secs(300), "quota cool-down");
     }
 
     #[tokio::test(start_paused = true)]
@@ -316,8 +452,11 @@ mod tests {
         let mut breaker = Breaker::new(BreakerConfig::default());
         let now = Instant::now();
         assert_eq!(breaker.state(now), BreakerState::Closed, "starts closed");
-        assert!(breaker.allows(now), "closed allows");
-        assert!(breaker.try_acquire(now), "closed admits");
+        assert!(breaker.allows(now, BACKGROUND), "closed allows");
+        let ticket = breaker.try_acquire(now, BACKGROUND);
+        assert!(ticket.is_some_and(|t| !t.is_probe()), "closed admits, not as a probe");
+        assert_eq!(breaker.try_probe(now), None, "nothing to probe while closed");
+        assert_eq!(breaker.probe_due(now), None, "no probe due while closed");
         assert_eq!(breaker.opened_reason(), None, "no reason while closed");
     }
 
@@ -328,9 +467,9 @@ mod tests {
         // 9 failures + 11 successes = 45% over 20: below 50%.
         for i in 0..20 {
             if i % 2 == 0 && i < 18 {
-                breaker.on_failure(now);
+                fail(&mut breaker, now);
             } else {
-                breaker.on_success(now);
+                succeed(&mut breaker, now);
             }
         }
         assert_eq!(breaker.volume(now), 20, "twenty outcomes recorded");
@@ -340,10 +479,10 @@ mod tests {
             "45% is below the 50% threshold"
         );
         // One more failure: 10 of 21 = 47.6%, still below.
-        breaker.on_failure(now);
+        fail(&mut breaker, now);
         assert_eq!(breaker.state(now), BreakerState::Closed, "47.6% is below the threshold");
         // 11 of 22 = 50%: opens.
-        breaker.on_failure(now);
+        fail(&mut breaker, now);
         assert!(
             matches!(breaker.state(now), BreakerState::Open { .. }),
             "50% reaches the threshold and opens"
@@ -362,7 +501,7 @@ mod tests {
             BreakerState::Closed,
             "19 failures are below min volume 20"
         );
-        breaker.on_failure(now);
+        fail(&mut breaker, now);
         assert!(
             matches!(breaker.state(now), BreakerState::Open { .. }),
             "the 20th outcome opens it"
@@ -389,10 +528,10 @@ mod tests {
         let mut breaker = Breaker::new(BreakerConfig::default());
         let now = Instant::now();
         for _ in 0..4 {
-            breaker.on_failure(now);
+            fail(&mut breaker, now);
         }
         assert_eq!(breaker.state(now), BreakerState::Closed, "four in a row is not enough");
-        breaker.on_failure(now);
+        fail(&mut breaker, now);
         assert_eq!(
             breaker.state(now),
             BreakerState::Open {
@@ -408,13 +547,43 @@ mod tests {
         let mut breaker = Breaker::new(BreakerConfig::default());
         let now = Instant::now();
         for _ in 0..4 {
-            breaker.on_failure(now);
+            fail(&mut breaker, now);
         }
-        breaker.on_success(now);
+        succeed(&mut breaker, now);
         for _ in 0..4 {
-            breaker.on_failure(now);
+            fail(&mut breaker, now);
         }
         assert_eq!(breaker.state(now), BreakerState::Closed, "no five failures in a row");
+    }
+
+    /// The review's bug: a first token reset the streak, so streams that all died mid-answer
+    /// never opened the breaker.
+    #[tokio::test(start_paused = true)]
+    async fn first_tokens_do_not_break_a_streak_of_midstream_failures() {
+        let mut breaker = Breaker::new(BreakerConfig::default());
+        let now = Instant::now();
+        for _ in 0..5 {
+            let t = admit(&mut breaker, now);
+            breaker.on_first_token(t);
+            breaker.on_failure(now, t);
+        }
+        assert!(
+            matches!(breaker.state(now), BreakerState::Open { .. }),
+            "five streams that died after their first token open the breaker"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn midstream_failures_count_in_the_error_rate() {
+        let mut breaker = Breaker::new(rate_only());
+        let now = Instant::now();
+        for _ in 0..10 {
+            let t = admit(&mut breaker, now);
+            breaker.on_first_token(t);
+            breaker.on_failure(now, t);
+        }
+        assert_eq!(breaker.volume(now), 10, "each attempt counted once");
+        assert_eq!(breaker.error_rate(now), 1.0, "all of them failures");
     }
 
     #[tokio::test(start_paused = true)]
@@ -422,11 +591,61 @@ mod tests {
         let start = Instant::now();
         let mut breaker = open_breaker(start);
         let almost = start + Duration::from_secs(1) - MS;
-        assert!(!breaker.allows(almost), "still cooling");
-        assert!(!breaker.try_acquire(almost), "no traffic while open");
+        assert!(!breaker.allows(almost, TRAFFIC), "still cooling");
+        assert_eq!(breaker.try_acquire(almost, TRAFFIC), None, "no traffic while open");
+        assert_eq!(breaker.try_probe(almost), None, "no probe while open");
+        assert_eq!(
+            breaker.probe_due(almost),
+            Some(start + Duration::from_secs(1)),
+            "due at the end"
+        );
         let cooled = start + Duration::from_secs(1);
         assert_eq!(breaker.state(cooled), BreakerState::HalfOpen, "cooled means half-open");
-        assert!(breaker.allows(cooled), "a probe would be admitted");
+        assert!(breaker.allows(cooled, TRAFFIC), "a traffic probe would be admitted");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn background_mode_admits_no_user_request_when_half_open() {
+        let start = Instant::now();
+        let mut breaker = open_breaker(start);
+        let cooled = start + Duration::from_secs(1);
+        assert!(!breaker.allows(cooled, BACKGROUND), "the router is told no");
+        assert_eq!(breaker.try_acquire(cooled, BACKGROUND), None, "no user probe");
+        let probe = breaker.try_probe(cooled).expect("the prober may probe");
+        assert!(probe.is_probe(), "the prober's ticket is a probe");
+        assert_eq!(
+            breaker.try_acquire(cooled, BACKGROUND),
+            None,
+            "still none while it runs"
+        );
+        breaker.on_success(cooled, probe);
+        assert_eq!(
+            breaker.state(cooled),
+            BreakerState::Closed,
+            "the probe's success closes"
+        );
+        assert!(breaker.try_acquire(cooled, BACKGROUND).is_some(), "users are back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn background_probes_run_one_at_a_time() {
+        let start = Instant::now();
+        let mut breaker = Breaker::new(BreakerConfig {
+            half_open_probes: 3,
+            ..BreakerConfig::default()
+        });
+        breaker.force_open(start, "drill");
+        let cooled = start + Duration::from_secs(1);
+        let first = breaker.try_probe(cooled).expect("one probe");
+        assert_eq!(breaker.try_probe(cooled), None, "a second concurrent probe is refused");
+        assert_eq!(breaker.probe_due(cooled), None, "nothing due while one runs");
+        breaker.release(first);
+        assert_eq!(
+            breaker.probe_due(cooled),
+            Some(cooled),
+            "a released probe is due again now"
+        );
+        assert!(breaker.try_probe(cooled).is_some(), "and may be retried");
     }
 
     #[tokio::test(start_paused = true)]
@@ -434,11 +653,20 @@ mod tests {
         let start = Instant::now();
         let mut breaker = open_breaker(start);
         let cooled = start + Duration::from_secs(1);
-        assert!(breaker.try_acquire(cooled), "the first probe is admitted");
-        assert!(!breaker.allows(cooled), "no slot left for the router");
-        assert!(!breaker.try_acquire(cooled), "a second concurrent probe is refused");
+        let probe = breaker.try_acquire(cooled, TRAFFIC);
         assert!(
-            !breaker.try_acquire(cooled + Duration::from_secs(60)),
+            probe.is_some_and(|t| t.is_probe()),
+            "the first request is admitted as a probe"
+        );
+        assert!(!breaker.allows(cooled, TRAFFIC), "no slot left for the router");
+        assert_eq!(
+            breaker.try_acquire(cooled, TRAFFIC),
+            None,
+            "a second concurrent probe is refused"
+        );
+        assert_eq!(
+            breaker.try_acquire(cooled + Duration::from_secs(60), TRAFFIC),
+            None,
             "refused however long we wait"
         );
     }
@@ -452,7 +680,9 @@ mod tests {
         });
         breaker.force_open(start, "drill");
         let cooled = start + Duration::from_secs(1);
-        let admitted = (0..10).filter(|_| breaker.try_acquire(cooled)).count();
+        let admitted = (0..10)
+            .filter(|_| breaker.try_acquire(cooled, TRAFFIC).is_some())
+            .count();
         assert_eq!(admitted, 3, "exactly three probes");
     }
 
@@ -462,19 +692,36 @@ mod tests {
         let mut breaker = open_breaker(start);
         let mut now = start + Duration::from_secs(1);
         // One failed probe doubles the cool-down to 2 s.
-        assert!(breaker.try_acquire(now), "probe admitted");
-        breaker.on_failure(now);
+        let probe = admit(&mut breaker, now);
+        breaker.on_failure(now, probe);
         assert_eq!(breaker.cooldown(), Duration::from_secs(2), "doubled");
         now += Duration::from_secs(2);
-        assert!(breaker.try_acquire(now), "second probe admitted");
-        breaker.on_success(now);
+        let probe = admit(&mut breaker, now);
+        breaker.on_success(now, probe);
         assert_eq!(breaker.state(now), BreakerState::Closed, "a probe success closes");
         assert_eq!(breaker.cooldown(), Duration::from_secs(1), "cool-down back to base");
         assert_eq!(breaker.opened_reason(), None, "reason cleared");
         assert!(
-            breaker.try_acquire(now) && breaker.try_acquire(now),
+            breaker.try_acquire(now, TRAFFIC).is_some() && breaker.try_acquire(now, TRAFFIC).is_some(),
             "closed admits everything"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probe_first_token_closes_and_its_outcome_counts_once_closed() {
+        let start = Instant::now();
+        let mut breaker = open_breaker(start);
+        let cooled = start + Duration::from_secs(1);
+        let probe = admit(&mut breaker, cooled);
+        breaker.on_first_token(probe);
+        assert_eq!(breaker.state(cooled), BreakerState::Closed, "proof of life closes");
+        breaker.on_failure(cooled, probe);
+        assert_eq!(
+            breaker.volume(cooled),
+            1,
+            "its later mid-stream failure is counted, once"
+        );
+        assert_eq!(breaker.error_rate(cooled), 1.0, "as a failure");
     }
 
     #[tokio::test(start_paused = true)]
@@ -485,8 +732,8 @@ mod tests {
         let mut seen = Vec::new();
         for _ in 0..8 {
             now += breaker.cooldown();
-            assert!(breaker.try_acquire(now), "a probe is admitted once cooled");
-            breaker.on_failure(now);
+            let probe = breaker.try_probe(now).expect("a probe is admitted once cooled");
+            breaker.on_failure(now, probe);
             seen.push(breaker.cooldown().as_secs());
             assert_eq!(
                 breaker.state(now),
@@ -496,7 +743,7 @@ mod tests {
                 "a failed probe reopens for the new cool-down"
             );
         }
-        assert_eq!(seen, [2, 4, 8, 16, 30, 30, 30, 30], "doubling, capped at 30 s");
+        assert_eq!(seen, [2, 4, 5, 5, 5, 5, 5, 5], "doubling, capped at 5 s");
         assert_eq!(breaker.opened_reason(), Some("half-open probe failed"), "reason");
     }
 
@@ -505,31 +752,94 @@ mod tests {
         let start = Instant::now();
         let mut breaker = open_breaker(start);
         let cooled = start + Duration::from_secs(1);
-        assert!(breaker.try_acquire(cooled), "probe admitted");
-        breaker.release_probe();
+        let probe = admit(&mut breaker, cooled);
+        breaker.release(probe);
         assert_eq!(breaker.state(cooled), BreakerState::HalfOpen, "still half-open");
-        assert!(breaker.try_acquire(cooled), "the slot can be used by another probe");
+        assert!(
+            breaker.try_acquire(cooled, TRAFFIC).is_some(),
+            "the slot can be used by another probe"
+        );
+    }
+
+    /// Problem 2 of the review: a straggler admitted while closed freed the probe's slot.
+    #[tokio::test(start_paused = true)]
+    async fn straggler_does_not_release_a_probe_slot() {
+        let start = Instant::now();
+        let mut breaker = Breaker::new(BreakerConfig::default());
+        let straggler = admit(&mut breaker, start);
+        breaker.force_open(start, "drill");
+        let cooled = start + Duration::from_secs(1);
+        let _probe = admit(&mut breaker, cooled);
+        breaker.release(straggler);
+        assert_eq!(
+            breaker.try_acquire(cooled, TRAFFIC),
+            None,
+            "the straggler's release does not let in a second probe"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn straggler_outcome_neither_closes_nor_reopens_a_half_open_breaker() {
+        let start = Instant::now();
+        let mut breaker = Breaker::new(BreakerConfig::default());
+        let early = admit(&mut breaker, start);
+        let late = admit(&mut breaker, start);
+        breaker.force_open(start, "drill");
+        let cooled = start + Duration::from_secs(1);
+        let probe = admit(&mut breaker, cooled);
+        breaker.on_success(cooled, early);
+        assert_eq!(
+            breaker.state(cooled),
+            BreakerState::HalfOpen,
+            "a straggler's success does not close"
+        );
+        breaker.on_failure(cooled, late);
+        assert_eq!(
+            breaker.state(cooled),
+            BreakerState::HalfOpen,
+            "a straggler's failure does not reopen"
+        );
+        assert_eq!(breaker.cooldown(), Duration::from_secs(1), "nor double the cool-down");
+        breaker.on_failure(cooled, probe);
+        assert!(
+            matches!(breaker.state(cooled), BreakerState::Open { .. }),
+            "the real probe's failure still reopens"
+        );
+        assert_eq!(breaker.cooldown(), Duration::from_secs(2), "and doubles the cool-down");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn straggler_outcome_after_reclosing_is_ignored() {
+        let start = Instant::now();
+        let mut breaker = Breaker::new(BreakerConfig::default());
+        let straggler = admit(&mut breaker, start);
+        breaker.force_open(start, "drill");
+        let cooled = start + Duration::from_secs(1);
+        let probe = admit(&mut breaker, cooled);
+        breaker.on_success(cooled, probe);
+        breaker.on_failure(cooled, straggler);
+        assert_eq!(
+            breaker.volume(cooled),
+            0,
+            "evidence from before the opening is not counted"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn outcomes_while_open_are_ignored() {
         let start = Instant::now();
-        let mut breaker = open_breaker(start);
-        breaker.on_success(start);
-        breaker.on_failure(start);
+        let mut breaker = Breaker::new(BreakerConfig::default());
+        let a = admit(&mut breaker, start);
+        let b = admit(&mut breaker, start);
+        breaker.force_open(start, "drill");
+        breaker.on_success(start, a);
+        breaker.on_failure(start, b);
         assert_eq!(
             breaker.state(start),
             BreakerState::Open {
                 until: start + Duration::from_secs(1)
             },
             "stragglers neither close nor extend the open period"
-        );
-        let cooled = start + Duration::from_secs(1);
-        breaker.on_success(cooled);
-        assert_eq!(
-            breaker.state(cooled),
-            BreakerState::HalfOpen,
-            "no probe in flight: ignored"
         );
         assert_eq!(breaker.cooldown(), Duration::from_secs(1), "cool-down unchanged");
     }
@@ -540,9 +850,9 @@ mod tests {
         let mut breaker = Breaker::new(rate_only());
         feed(&mut breaker, start, 20, 20);
         let cooled = start + Duration::from_secs(1);
-        assert!(breaker.try_acquire(cooled), "probe admitted");
-        breaker.on_success(cooled);
-        breaker.on_failure(cooled);
+        let probe = admit(&mut breaker, cooled);
+        breaker.on_success(cooled, probe);
+        fail(&mut breaker, cooled);
         assert_eq!(
             breaker.state(cooled),
             BreakerState::Closed,
@@ -569,9 +879,17 @@ mod tests {
         breaker.force_open(start, "drill");
         let cooled = start + Duration::from_secs(1);
         assert!(
-            breaker.try_acquire(cooled),
+            breaker.try_acquire(cooled, TRAFFIC).is_some(),
             "a breaker that never probes would never close"
         );
-        assert!(!breaker.try_acquire(cooled), "but only one");
+        assert_eq!(breaker.try_acquire(cooled, TRAFFIC), None, "but only one");
+    }
+
+    #[test]
+    fn probe_mode_parses_its_labels() {
+        for mode in [BACKGROUND, TRAFFIC] {
+            assert_eq!(ProbeMode::parse(mode.as_str()), Some(mode), "{mode:?} round-trips");
+        }
+        assert_eq!(ProbeMode::parse("sometimes"), None, "unknown label");
     }
 }

@@ -2,31 +2,37 @@
 //! windows, breakers, cool-downs after 429s, AIMD admission, and hedge counters per route.
 //!
 //! One `Mutex` per route around pure state machines that take `now`: no task per route, no
-//! timers, so everything here runs under paused time in tests.
+//! timers, so everything here runs under paused time in tests. The one background actor,
+//! the prober (`mux::probe`), only reads when a probe is due and reports like any attempt.
+//!
+//! - [`permit`]: one attempt's permission and how its outcome is reported;
+//! - [`view`]: what the router ranks by and what `/admin/routes` shows.
 
 pub mod admission;
 pub mod breaker;
+pub mod permit;
 pub mod ttft;
+pub mod view;
 pub mod window;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde::Serialize;
 use tokio::time::Instant;
 
 use self::admission::{Aimd, AimdConfig};
-use self::breaker::{Breaker, BreakerState};
+use self::breaker::{Breaker, BreakerState, ProbeMode};
 use self::ttft::LatencyWindow;
 use self::window::RollingCounts;
 use crate::config::{Config, HedgeConfig};
 use crate::gateway::Priority;
-use crate::provider::{ErrorClass, ProviderError};
 
-/// Health of every configured route, indexed by route name.
+pub use permit::{PermitKind, RoutePermit};
+pub use view::{RouteSnapshot, RouteView};
+
 /// How long a 429 without Retry-After cools its route.
 pub const DEFAULT_COOLING: Duration = Duration::from_secs(1);
 /// The longest an upstream's Retry-After may cool a route (a bogus huge value must not take
@@ -36,9 +42,17 @@ const MAX_COOLING: Duration = Duration::from_secs(3600);
 /// The shortest stall limit derived from observed gaps.
 const STALL_FLOOR: Duration = Duration::from_secs(5);
 
+/// Health of every configured route, indexed by route name.
 pub struct Health {
     routes: Vec<RouteHealth>,
     index: HashMap<String, usize>,
+    /// `[breaker] probe` as configured.
+    probe_mode: ProbeMode,
+    /// How long a route out of quota is cooled.
+    quota_cooldown: Duration,
+    /// Background probers running against this health (0 or 1). Without one, half-open
+    /// routes fall back to traffic probes, so a `Health` nobody probes never strands a route.
+    probers: AtomicUsize,
 }
 
 pub struct RouteHealth {
@@ -54,6 +68,13 @@ pub struct RouteCounters {
     pub hedges_won: AtomicU64,
     pub hedges_lost: AtomicU64,
     pub cancelled: AtomicU64,
+    /// Attempts that failed in a way that counts against the route, before or after commit.
+    pub failures: AtomicU64,
+    /// The share of `failures` that came after the attempt's first token.
+    pub midstream_failures: AtomicU64,
+    /// Background probes sent, and how many of them failed.
+    pub probes: AtomicU64,
+    pub probe_failures: AtomicU64,
 }
 
 struct RouteState {
@@ -61,8 +82,20 @@ struct RouteState {
     gaps: LatencyWindow,
     breaker: Breaker,
     admission: Aimd,
+    /// User attempts' outcomes (probes are left out): the router's error rate.
     outcomes: RollingCounts<2>,
     cooling_until: Option<Instant>,
+}
+
+impl RouteState {
+    /// Cools the route until at least `until`.
+    fn cool_until(&mut self, until: Instant) {
+        self.cooling_until = Some(self.cooling_until.map_or(until, |u| u.max(until)));
+    }
+
+    fn cooling(&self, now: Instant) -> Option<Instant> {
+        self.cooling_until.filter(|u| *u > now)
+    }
 }
 
 /// Why a route cannot take traffic right now.
@@ -93,6 +126,17 @@ impl Unavailable {
     }
 }
 
+/// Marks a background prober as running until dropped (see [`Health::attach_prober`]).
+pub struct ProberAttached {
+    health: Arc<Health>,
+}
+
+impl Drop for ProberAttached {
+    fn drop(&mut self) {
+        self.health.probers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Health {
     pub fn new(config: &Config, now: Instant) -> Self {
         let routes: Vec<RouteHealth> = config
@@ -116,7 +160,13 @@ impl Health {
             })
             .collect();
         let index = routes.iter().enumerate().map(|(i, r)| (r.name.clone(), i)).collect();
-        Health { routes, index }
+        Health {
+            routes,
+            index,
+            probe_mode: config.breaker.probe,
+            quota_cooldown: config.breaker.quota_cooldown,
+            probers: AtomicUsize::new(0),
+        }
     }
 
     pub fn route(&self, name: &str) -> Option<&RouteHealth> {
@@ -127,19 +177,41 @@ impl Health {
         &self.routes
     }
 
+    /// Declares a background prober running until the guard drops. While one runs (and
+    /// `[breaker] probe = "background"`), half-open routes admit no user request.
+    pub fn attach_prober(self: &Arc<Self>) -> ProberAttached {
+        self.probers.fetch_add(1, Ordering::SeqCst);
+        ProberAttached {
+            health: Arc::clone(self),
+        }
+    }
+
+    /// Are half-open routes probed in the background right now (configured and running)?
+    pub fn background_probing(&self) -> bool {
+        self.probe_mode == ProbeMode::Background && self.probers.load(Ordering::SeqCst) > 0
+    }
+
+    /// How user requests meet a half-open breaker right now.
+    fn user_probes(&self) -> ProbeMode {
+        if self.background_probing() {
+            ProbeMode::Background
+        } else {
+            ProbeMode::Traffic
+        }
+    }
+
     /// Can `name` take a new attempt now? (breaker and cool-down; admission is checked when
     /// the attempt actually starts.)
     pub fn availability(&self, name: &str, now: Instant) -> Result<(), Unavailable> {
         let Some(r) = self.route(name) else { return Ok(()) };
         let s = r.state.lock();
-        if let Some(until) = s.cooling_until.filter(|u| *u > now) {
+        if let Some(until) = s.cooling(now) {
             return Err(Unavailable::Cooling { until });
         }
-        if !s.breaker.allows(now) {
-            if let BreakerState::Open { until } = s.breaker.state(now) {
-                return Err(Unavailable::BreakerOpen { until });
-            }
-            return Err(Unavailable::BreakerOpen { until: now });
+        if !s.breaker.allows(now, self.user_probes()) {
+            return Err(Unavailable::BreakerOpen {
+                until: breaker_until(&s.breaker, now),
+            });
         }
         Ok(())
     }
@@ -149,27 +221,45 @@ impl Health {
         let idx = *self.index.get(name).ok_or(Unavailable::Saturated)?;
         let r = &self.routes[idx];
         let mut s = r.state.lock();
-        if let Some(until) = s.cooling_until.filter(|u| *u > now) {
+        if let Some(until) = s.cooling(now) {
             return Err(Unavailable::Cooling { until });
         }
         if !s.admission.try_acquire(priority) {
             return Err(Unavailable::Saturated);
         }
-        if !s.breaker.try_acquire(now) {
+        let Some(ticket) = s.breaker.try_acquire(now, self.user_probes()) else {
             s.admission.release();
-            let until = match s.breaker.state(now) {
-                BreakerState::Open { until } => until,
-                _ => now,
-            };
-            return Err(Unavailable::BreakerOpen { until });
-        }
+            return Err(Unavailable::BreakerOpen {
+                until: breaker_until(&s.breaker, now),
+            });
+        };
         r.counters.attempts.fetch_add(1, Ordering::Relaxed);
-        Ok(RoutePermit {
-            health: Arc::clone(self),
-            idx,
-            resolved: false,
-            proven: false,
-        })
+        Ok(RoutePermit::new(Arc::clone(self), idx, ticket, PermitKind::Attempt))
+    }
+
+    /// Takes the probe slot of `name` for the background prober, when its breaker has
+    /// cooled and the route is not cooling after a rate limit or quota failure.
+    pub fn acquire_probe(self: &Arc<Self>, name: &str, now: Instant) -> Option<RoutePermit> {
+        let idx = *self.index.get(name)?;
+        let r = &self.routes[idx];
+        let mut s = r.state.lock();
+        if s.cooling(now).is_some() || !s.admission.try_acquire(Priority::Interactive) {
+            return None;
+        }
+        let Some(ticket) = s.breaker.try_probe(now) else {
+            s.admission.release();
+            return None;
+        };
+        r.counters.probes.fetch_add(1, Ordering::Relaxed);
+        Some(RoutePermit::new(Arc::clone(self), idx, ticket, PermitKind::Probe))
+    }
+
+    /// When `name` needs its next background probe: the end of its cool-down (or of a rate
+    /// limit's cooling, whichever is later); `None` when closed or a probe is running.
+    pub fn probe_due(&self, name: &str, now: Instant) -> Option<Instant> {
+        let s = self.route(name)?.state.lock();
+        let due = s.breaker.probe_due(now)?;
+        Some(s.cooling(now).map_or(due, |c| c.max(due)))
     }
 
     /// The hedge delay for a primary on `name`: its live TTFT percentile clamped to
@@ -225,51 +315,6 @@ impl Health {
         }
     }
 
-    pub fn snapshot(&self, now: Instant, config: &Config) -> Vec<RouteSnapshot> {
-        self.routes
-            .iter()
-            .map(|r| {
-                let cfg = &config.hedge_for(&r.name);
-                let mut s = r.state.lock();
-                let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
-                let volume = s.outcomes.volume(now);
-                RouteSnapshot {
-                    name: r.name.clone(),
-                    ttft_p50_ms: ms(s.ttft.quantile(now, 0.50, 1)),
-                    ttft_p95_ms: ms(s.ttft.quantile(now, 0.95, 1)),
-                    ttft_p99_ms: ms(s.ttft.quantile(now, 0.99, 1)),
-                    ttft_samples: s.ttft.samples(now),
-                    hedge_delay_ms: ms(s.ttft.quantile(now, cfg.percentile, cfg.min_samples))
-                        .map(|d| {
-                            d.max(cfg.floor.as_secs_f64() * 1e3)
-                                .min(cfg.ceiling.as_secs_f64() * 1e3)
-                        })
-                        .unwrap_or(cfg.default_delay.max(cfg.floor).min(cfg.ceiling).as_secs_f64() * 1e3),
-                    breaker: match s.breaker.state(now) {
-                        BreakerState::Closed => "closed".into(),
-                        BreakerState::Open { .. } => "open".into(),
-                        BreakerState::HalfOpen => "half_open".into(),
-                    },
-                    breaker_open_ms: match s.breaker.state(now) {
-                        BreakerState::Open { until } => Some(until.saturating_duration_since(now).as_millis() as u64),
-                        _ => None,
-                    },
-                    cooling_ms: s
-                        .cooling_until
-                        .filter(|u| *u > now)
-                        .map(|u| u.saturating_duration_since(now).as_millis() as u64),
-                    admission_limit: s.admission.limit(),
-                    in_flight: s.admission.in_flight(),
-                    error_rate: if volume == 0 { 0.0 } else { s.outcomes.error_rate(now) },
-                    attempts: r.counters.attempts.load(Ordering::Relaxed),
-                    hedges_fired: r.counters.hedges_fired.load(Ordering::Relaxed),
-                    hedges_won: r.counters.hedges_won.load(Ordering::Relaxed),
-                    hedges_lost: r.counters.hedges_lost.load(Ordering::Relaxed),
-                }
-            })
-            .collect()
-    }
-
     /// Opens a route's breaker on purpose (drills).
     pub fn force_open(&self, name: &str, now: Instant) -> bool {
         match self.route(name) {
@@ -282,139 +327,12 @@ impl Health {
     }
 }
 
-/// Per-route figures for `/admin/routes`.
-#[derive(Debug, Clone, Serialize)]
-pub struct RouteSnapshot {
-    pub name: String,
-    pub ttft_p50_ms: Option<f64>,
-    pub ttft_p95_ms: Option<f64>,
-    pub ttft_p99_ms: Option<f64>,
-    pub ttft_samples: u64,
-    pub hedge_delay_ms: f64,
-    pub breaker: String,
-    pub breaker_open_ms: Option<u64>,
-    pub cooling_ms: Option<u64>,
-    pub admission_limit: f64,
-    pub in_flight: u32,
-    pub error_rate: f64,
-    pub attempts: u64,
-    pub hedges_fired: u64,
-    pub hedges_won: u64,
-    pub hedges_lost: u64,
-}
-
-/// Permission for one attempt on a route. Report how it ended with `success`/`failure`;
-/// dropping it unresolved (a cancelled hedge loser, a client that left) frees the slot
-/// without judging the route.
-pub struct RoutePermit {
-    health: Arc<Health>,
-    idx: usize,
-    resolved: bool,
-    /// A first token arrived: the breaker already counted this attempt a success (a half-open
-    /// probe closes at its first token, not at the end of a long answer).
-    proven: bool,
-}
-
-impl RoutePermit {
-    pub fn route(&self) -> &str {
-        &self.health.routes[self.idx].name
-    }
-
-    /// The attempt produced its first token: the route works, whatever happens later.
-    pub fn first_token(&mut self, now: Instant) {
-        if !self.proven {
-            self.health.routes[self.idx].state.lock().breaker.on_success(now);
-            self.proven = true;
-        }
-    }
-
-    pub fn success(mut self, now: Instant) {
-        let mut s = self.health.routes[self.idx].state.lock();
-        if !self.proven {
-            s.breaker.on_success(now);
-        }
-        s.admission.on_success();
-        s.outcomes.record(now, true);
-        self.resolved = true;
-    }
-
-    pub fn failure(mut self, now: Instant, err: &ProviderError) {
-        let mut s = self.health.routes[self.idx].state.lock();
-        if err.class.counts_against_route() {
-            s.breaker.on_failure(now);
-            s.outcomes.record(now, false);
-        } else if !self.proven {
-            s.breaker.release_probe();
-        }
-        if matches!(err.class, ErrorClass::RateLimited | ErrorClass::Unavailable) {
-            s.admission.on_overload(now);
-        }
-        if err.class == ErrorClass::RateLimited {
-            let wait = err.retry_after.unwrap_or(DEFAULT_COOLING).min(MAX_COOLING);
-            let until = now + wait;
-            s.cooling_until = Some(s.cooling_until.map_or(until, |u| u.max(until)));
-        }
-        self.resolved = true;
-    }
-}
-
-impl Drop for RoutePermit {
-    fn drop(&mut self) {
-        let mut s = self.health.routes[self.idx].state.lock();
-        s.admission.release();
-        if !self.resolved && !self.proven {
-            s.breaker.release_probe();
-        }
-    }
-}
-
-/// What the router reads of one route when it ranks: live latency, error rate, and whether
-/// the route can take traffic now.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct RouteView {
-    /// `None` until the window holds `VIEW_MIN_SAMPLES` first tokens.
-    pub ttft_p50: Option<Duration>,
-    pub ttft_p95: Option<Duration>,
-    /// Failed share of recent attempts (0 with no attempts).
-    pub error_rate: f64,
-    /// Attempts behind `error_rate`.
-    pub error_volume: u64,
-    pub breaker_open: bool,
-    /// Cooling after a rate limit.
-    pub cooling: bool,
-    /// How long until the breaker or the cool-down lets traffic through again.
-    pub unavailable_for: Option<Duration>,
-}
-
-/// Fewer first tokens than this and a route's percentiles are not reported.
-const VIEW_MIN_SAMPLES: u64 = 5;
-
-impl Health {
-    /// A read-only view of `name` for ranking (a fresh route's view for unknown names).
-    pub fn view(&self, name: &str, now: Instant) -> RouteView {
-        let Some(r) = self.route(name) else {
-            return RouteView::default();
-        };
-        let mut s = r.state.lock();
-        let volume = s.outcomes.volume(now);
-        let cooling_until = s.cooling_until.filter(|u| *u > now);
-        let breaker_open = !s.breaker.allows(now);
-        let breaker_until = match s.breaker.state(now) {
-            BreakerState::Open { until } if breaker_open => Some(until),
-            _ => None,
-        };
-        let until = match (cooling_until, breaker_until) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        RouteView {
-            ttft_p50: s.ttft.quantile(now, 0.50, VIEW_MIN_SAMPLES),
-            ttft_p95: s.ttft.quantile(now, 0.95, VIEW_MIN_SAMPLES),
-            error_rate: if volume == 0 { 0.0 } else { s.outcomes.error_rate(now) },
-            error_volume: volume,
-            breaker_open,
-            cooling: cooling_until.is_some(),
-            unavailable_for: until.map(|u| u.saturating_duration_since(now)),
-        }
+/// When a breaker that refuses traffic may take it again: the end of its cool-down, or for
+/// a half-open breaker (a probe is deciding) one base cool-down from now, so a client's
+/// Retry-After is never zero.
+fn breaker_until(breaker: &Breaker, now: Instant) -> Instant {
+    match breaker.state(now) {
+        BreakerState::Open { until } => until,
+        BreakerState::Closed | BreakerState::HalfOpen => now + breaker.config().cooldown,
     }
 }

@@ -16,6 +16,7 @@ pub mod budget;
 pub mod cache;
 mod hedge;
 mod midstream;
+pub mod probe;
 mod race;
 mod run;
 mod seam;

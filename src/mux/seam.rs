@@ -183,19 +183,12 @@ impl Seam {
 
 fn swallow(expected: &str, matched: &mut usize, text: &str) -> SeamOut {
     let rest = &expected[*matched..];
-    if rest.len() >= text.len() {
-        if rest.starts_with(text) {
-            *matched += text.len();
-            SeamOut::Hold
-        } else {
-            SeamOut::Diverged {
-                replay: format!("{}{text}", &expected[..*matched]),
-            }
-        }
-    } else if text.starts_with(rest) {
-        // `text` starts with `rest`, so `rest.len()` is a char boundary in it.
+    if let Some(tail) = rest.strip_prefix(text) {
+        *matched = expected.len() - tail.len();
+        SeamOut::Hold
+    } else if let Some(extra) = text.strip_prefix(rest) {
         *matched = expected.len();
-        SeamOut::Emit(text[rest.len()..].to_string())
+        SeamOut::Emit(extra.to_string())
     } else {
         SeamOut::Diverged {
             replay: format!("{}{text}", &expected[..*matched]),

@@ -9,8 +9,9 @@
 //!
 //! After the finish signal the rest is optional: many OpenAI-compatible servers never send
 //! `[DONE]`, so a stream ends as soon as its usage arrives, at its terminal marker, at EOF,
-//! or after `FINISH_GRACE` of silence, whichever comes first. EOF *before* the finish
-//! signal is a `Protocol` error (T11).
+//! or `FINISH_GRACE` after the finish signal, whichever comes first (events after the
+//! finish do not extend the grace). EOF *before* the finish signal is a `Protocol` error
+//! (T11).
 
 pub mod anthropic;
 mod error;
@@ -102,7 +103,8 @@ pub fn http_client() -> reqwest::Client {
         .expect("the HTTP client builds once a TLS crypto provider is installed")
 }
 
-/// How long a stream may stay silent after its finish signal before it counts as ended.
+/// How long a stream may go on after its finish signal (for trailing usage or `[DONE]`)
+/// before it counts as ended; counted from the finish, never restarted.
 pub(crate) const FINISH_GRACE: Duration = Duration::from_secs(1);
 
 /// What a wire decoder says after an event.
@@ -135,9 +137,13 @@ where
         let events = sse::sse_events(body, SseLimits::default());
         futures::pin_mut!(events);
         let mut out = Vec::new();
+        // Armed once, at the finish signal: later events (keep-alives, pings) must not
+        // push it back, or an upstream that keeps talking would hold the attempt forever.
+        let mut grace_ends: Option<tokio::time::Instant> = None;
         loop {
             let next = if decoder.finished() {
-                tokio::time::timeout(FINISH_GRACE, events.next()).await.ok().flatten()
+                let ends = *grace_ends.get_or_insert_with(|| tokio::time::Instant::now() + FINISH_GRACE);
+                tokio::time::timeout_at(ends, events.next()).await.ok().flatten()
             } else {
                 events.next().await
             };

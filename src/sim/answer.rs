@@ -1,12 +1,13 @@
 //! The answer a scenario gives: its text tokens (explicit or generated from `seed`), its tool
-//! calls cut into fragments, and the remainder left after a prefill.
+//! calls cut into fragments, the remainder left after a prefill, and the cut at a byte.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::scenario::{Scenario, MAX_TOKENS};
 
-const WORDS: &[&str] = &[
+/// The vocabulary of generated (and diverging) answers.
+pub(crate) const WORDS: &[&str] = &[
     "latency", "stream", "token", "route", "answer", "model", "request", "gateway", "edge", "first", "tail", "budget",
     "hedge", "region", "packet", "signal", "window", "quiet", "river", "stone", "light", "garden", "north", "paper",
     "silver", "morning", "bridge", "harbor", "little", "steady", "simple", "honest", "careful", "bright", "open",
@@ -113,6 +114,39 @@ pub(crate) fn remainder_after(tokens: &[String], prefill: &str) -> Option<Vec<St
     Some(rest)
 }
 
+/// The tokens with the one holding byte `bytes` of their text split in two, and how many
+/// of them hold exactly the text before the cut (rounded down to a char boundary). `None`
+/// when the text is shorter than `bytes`: the cut is never reached.
+pub(crate) fn cut_at_byte(mut tokens: Vec<String>, bytes: usize) -> Option<(Vec<String>, usize)> {
+    let total: usize = tokens.iter().map(String::len).sum();
+    if bytes > total {
+        return None;
+    }
+    let mut consumed = 0usize;
+    for (i, token) in tokens.iter().enumerate() {
+        let end = consumed + token.len();
+        if bytes <= consumed {
+            return Some((tokens, i));
+        }
+        if bytes < end {
+            let mut at = bytes - consumed;
+            while !token.is_char_boundary(at) {
+                at -= 1;
+            }
+            if at == 0 {
+                return Some((tokens, i));
+            }
+            let tail = token[at..].to_owned();
+            tokens[i].truncate(at);
+            tokens.insert(i + 1, tail);
+            return Some((tokens, i + 1));
+        }
+        consumed = end;
+    }
+    let count = tokens.len();
+    Some((tokens, count))
+}
+
 /// Cuts `arguments` into at most `pieces` non-empty fragments at random char boundaries
 /// (never inside a UTF-8 character, often inside a key or an escape sequence, T4).
 pub(crate) fn fragments(arguments: &str, pieces: u32, rng: &mut SmallRng) -> Vec<String> {
@@ -189,6 +223,85 @@ mod tests {
         );
         assert_eq!(remainder_after(&tokens, "Goodbye"), None, "not a prefix");
         assert_eq!(remainder_after(&tokens, ""), None, "empty prefill is no prefill");
+    }
+
+    /// Repeated words, digit groups, a blank line and multi-byte text: where seams break.
+    const HOSTILE: &[&str] = &[
+        "The very very old",
+        "$1,000,000 per year",
+        "para one.\n\npara two",
+        "Naïve café — 日本語 🎉",
+    ];
+
+    #[test]
+    fn hostile_texts_split_into_words_that_concatenate_back() {
+        for text in HOSTILE {
+            let tokens = split_words(text);
+            assert_eq!(tokens.concat(), *text, "round trip of {text:?}: {tokens:?}");
+            assert!(tokens.iter().all(|t| !t.is_empty()), "no empty token: {tokens:?}");
+        }
+        assert_eq!(
+            split_words("The very very old"),
+            ["The", " very", " very", " old"],
+            "repeats"
+        );
+        assert_eq!(split_words("$1,000,000 per year")[0], "$1,000,000", "one digit group");
+        assert_eq!(
+            split_words("para one.\n\npara two"),
+            ["para", " one.", "\n\npara", " two"],
+            "the blank line leads the next word"
+        );
+    }
+
+    #[test]
+    fn a_cut_at_every_byte_sends_exactly_the_text_before_it() {
+        for text in HOSTILE {
+            for bytes in 0..=text.len() {
+                let Some((tokens, k)) = cut_at_byte(split_words(text), bytes) else {
+                    panic!("{text:?}: a cut at {bytes} inside the text must be reached");
+                };
+                let mut floor = bytes;
+                while !text.is_char_boundary(floor) {
+                    floor -= 1;
+                }
+                assert_eq!(tokens[..k].concat(), text[..floor], "{text:?} cut at {bytes}");
+                assert_eq!(tokens.concat(), *text, "{text:?} cut at {bytes}: nothing lost");
+                assert!(tokens.iter().all(|t| !t.is_empty()), "{text:?} at {bytes}: {tokens:?}");
+            }
+            assert_eq!(cut_at_byte(split_words(text), text.len() + 1), None, "beyond the end");
+        }
+        let (tokens, k) = cut_at_byte(split_words("Naïve café"), 3).unwrap_or_default();
+        assert_eq!((tokens[0].as_str(), k), ("Na", 1), "inside 'ï' rounds down: {tokens:?}");
+        let (tokens, k) = cut_at_byte(split_words("ab cd"), 4).unwrap_or_default();
+        assert_eq!(
+            (&tokens[..k], &tokens[k..]),
+            (&["ab".to_owned(), " c".to_owned()][..], &["d".to_owned()][..])
+        );
+    }
+
+    #[test]
+    fn remainder_after_every_prefix_is_the_rest_of_the_text() {
+        for text in HOSTILE {
+            let tokens = split_words(text);
+            for (at, _) in text.char_indices().skip(1) {
+                let prefill = &text[..at];
+                // The Anthropic adapter strips trailing whitespace; the remainder re-emits it.
+                for sent in [prefill, prefill.trim_end()] {
+                    if sent.is_empty() {
+                        continue;
+                    }
+                    let rest = remainder_after(&tokens, sent).unwrap_or_else(|| panic!("{text:?} after {sent:?}"));
+                    assert_eq!(format!("{sent}{}", rest.concat()), *text, "{text:?} after {sent:?}");
+                    assert!(rest.iter().all(|t| !t.is_empty()), "{text:?} after {sent:?}: {rest:?}");
+                }
+            }
+        }
+        let tokens = split_words("Hello world");
+        assert_eq!(
+            remainder_after(&tokens, "Hello"),
+            Some(vec![" world".to_owned()]),
+            "stripped prefill"
+        );
     }
 
     #[test]

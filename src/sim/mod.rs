@@ -30,16 +30,52 @@
 //! simulator too. The per-request RNG is `SmallRng::seed_from_u64(seed ^ n)` where `n`
 //! counts the scenario's requests from 0, so a run is reproducible. Generated text depends
 //! only on `seed` and `tokens`: every request of a scenario, and any scenario with the same
-//! two values, gets the same answer, which is what restart and continue tests need. A
-//! request whose messages end with an assistant message (or an assistant message and a
-//! final user message asking to "continue") whose text is a prefix of the answer gets only
-//! the remainder. The model reported is the scenario's `model`, else the request's own
-//! `model`, else "sim-1". A record's `end` stays `None` while its response is being written.
+//! two values, gets the same answer, which is what restart and continue tests need (see
+//! "Prefill" below for a request that ends with an assistant message). The model reported
+//! is the scenario's `model`, else the request's own `model`, else "sim-1". A record's
+//! `end` stays `None` while its response is being written.
+//!
+//! An explicit `text` is cut into its words, each with the whitespace in front of it, so the
+//! tokens concatenate back to the text exactly, whatever it holds (repeated words, digit
+//! groups, blank lines, multi-byte characters). `failure.drop_after_bytes` aborts the
+//! connection once that many bytes of this response's text are out, rounded down to a char
+//! boundary: the token holding the cut is split and its first part sent as its own delta.
 //!
 //! With `stream: false` the simulator waits as long as the stream would have taken and
 //! answers with one body. Status errors, drops, in-band errors (as 500 / 529), malformed
 //! output (half a body), refusals and truncation apply there too; the other wire faults are
 //! stream-only.
+//!
+//! # Prefill ([`Continuation`], the scenario's `continuation` section)
+//!
+//! A request whose final message is an assistant message with text carries a prefill. On the
+//! Anthropic wire it always is one, and one whose last text part ends in whitespace is
+//! refused as the real API does: 400 `invalid_request_error`, "messages: final assistant
+//! content cannot end with trailing whitespace" (before any other fault). On the OpenAI wire
+//! `convention` says which request shape is continued; any other shape is history and the
+//! whole answer is sent, as api.openai.com does:
+//!
+//! | `convention` | continued when |
+//! |---|---|
+//! | `any` (default) | any final assistant message |
+//! | `assistant` | a plain one (no `prefix: true`, no `continue_final_message: true`) |
+//! | `prefix` | the final assistant message has `"prefix": true` (DeepSeek beta, Mistral) |
+//! | `vllm` | the request has `"continue_final_message": true` (vLLM) |
+//! | `none` | never (api.openai.com) |
+//!
+//! A continued prefill gets `behaviour`:
+//!
+//! | `behaviour` | the answer |
+//! |---|---|
+//! | `exact` (default) | only the remainder after the prefill: a prefill ending inside a token gets the token's tail, one the gateway stripped of whitespace gets the whitespace back first; the whole answer when the prefill is not a prefix of it |
+//! | `starts_over` | the whole answer from its start |
+//! | `diverges` | a different answer: the first `diverge_after_words` words of the answer (default 3, at most all but the last), then other words, so the text parts right after the shared words |
+//! | `refuses` | HTTP 400 in the wire's error format with `refusal_message`, by default llama.cpp's "Assistant response prefill is incompatible with enable_thinking" |
+//!
+//! A user message saying "continue" is no prefill: the answer starts from the beginning.
+//! [`SimRecord::continuation`] says what happened ([`PrefillOutcome`]): `exact`,
+//! `not_a_prefix`, `starts_over`, `diverges`, `refused`, `not_honoured` (the wrong shape for
+//! the convention) or `trailing_whitespace`; `None` without a prefill.
 //!
 //! # Built-in profiles ([`profile`])
 //!
@@ -53,15 +89,19 @@
 //! | `tool-call` | as `fast-stable` | | one `get_weather` call, `{"city": "Paris", "unit": "celsius"}` in 12 fragments |
 //! | `correlated-brownout` | as `spiky`, +2.5 s during the first half of every 10 s | 60, 25 ms apart | degrades every route on the simulator together |
 //! | `slow` | median 3000 ms, σ 0.1 | 40, 30 ms apart | |
+//! | `hostile-text` | as `fast-stable` | its text's 18 words, 10 ms apart | repeated words, `$1,000,000`, a blank line and "Naïve café — 日本語 🎉", where seams and byte cuts break |
 //!
 //! # Known limits
 //!
 //! One choice per answer (`n` is ignored); no thinking blocks; tool answers carry no text.
-//! A fault set "after N tokens" never fires when the answer is shorter than N.
+//! A fault set "after N tokens" (or bytes) never fires when the answer is shorter than N.
+//! An exact or diverging answer comes from the scenario's answer, never from the prefill's
+//! words: a prefill that is not a prefix of it gets the whole answer.
 
 mod aggregate;
 mod answer;
 mod anthropic;
+mod continuation;
 mod openai;
 mod plan;
 mod profiles;
@@ -76,7 +116,8 @@ mod timing;
 #[cfg(test)]
 mod tests;
 
+pub use continuation::PrefillOutcome;
 pub use profiles::{profile, profile_names};
 pub use record::{SimEnd, SimRecord};
-pub use scenario::{Brownout, ColdStart, Failure, Scenario, ToolCallSpec, Ttft};
+pub use scenario::{Behaviour, Brownout, ColdStart, Continuation, Convention, Failure, Scenario, ToolCallSpec, Ttft};
 pub use server::{serve_standalone, SimHandle};

@@ -7,8 +7,8 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 
 use super::answer::{self, REFUSAL_TEXT};
+use super::continuation::{PrefillOutcome, Reading};
 use super::record::SimEnd;
-use super::request::Inbound;
 use super::scenario::{ms, probability, Failure, Scenario};
 use super::timing::{self, Moment};
 
@@ -108,8 +108,8 @@ pub(crate) struct Script {
     /// How the body ends when the client reads it to the end.
     pub end: SimEnd,
     pub ttft: Duration,
-    pub prefill_chars: usize,
-    pub continued: bool,
+    /// What was done with the request's prefill (`None` without one).
+    pub continuation: Option<PrefillOutcome>,
 }
 
 pub(crate) enum Plan {
@@ -120,8 +120,9 @@ pub(crate) enum Plan {
 /// Everything that varies per request besides the scenario.
 pub(crate) struct Context<'a> {
     pub wire: Wire,
-    pub inbound: &'a Inbound,
     pub moment: Moment,
+    /// The upstream's reading of the request's prefill (`continuation::judge`).
+    pub reading: Reading<'a>,
 }
 
 /// Plans one request. Uses `rng` for every behavioural choice, so a seed reproduces it, and
@@ -143,8 +144,19 @@ pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, id
         }
     }
     let ttft = timing::ttft(scenario, cx.moment, rng);
-    let (kind, beats, stop, prefill_chars, continued) = answer_beats(scenario, cx, rng, ids);
-    let faults = Faults::draw(f, rng);
+    let Answer {
+        kind,
+        mut beats,
+        stop,
+        continuation,
+    } = answer_beats(scenario, cx, rng, ids);
+    let mut faults = Faults::draw(f, rng);
+    if let (Some(bytes), true, AnswerKind::Text) = (f.drop_after_bytes, faults.drops, kind) {
+        if let Some((cut, before)) = cut_text_beats(&beats, bytes) {
+            beats = cut;
+            faults.drop_at(before);
+        }
+    }
 
     let mut steps = Vec::with_capacity(beats.len() * 2 + 8);
     if f.bom {
@@ -156,8 +168,7 @@ pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, id
         steps,
         end,
         ttft,
-        prefill_chars,
-        continued,
+        continuation,
     };
     if let Some(bytes) = f.huge_line_bytes {
         steps.push(Step::HugeLine(bytes));
@@ -205,13 +216,17 @@ pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, id
 /// One wait-separated group of steps (a token, or a tool call's opening).
 type Beat = Vec<Step>;
 
-fn answer_beats(
-    scenario: &Scenario,
-    cx: &Context<'_>,
-    rng: &mut SmallRng,
-    ids: &mut SmallRng,
-) -> (AnswerKind, Vec<Beat>, Stop, usize, bool) {
+/// What an answer is before faults and timing are laid over it.
+struct Answer {
+    kind: AnswerKind,
+    beats: Vec<Beat>,
+    stop: Stop,
+    continuation: Option<PrefillOutcome>,
+}
+
+fn answer_beats(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: &mut SmallRng) -> Answer {
     let truncate = scenario.failure.length_in_tool_call;
+    let continuation = cx.reading.outcome_without_text();
     if scenario.failure.refusal {
         // Anthropic refuses with an empty text block and `stop_reason: "refusal"` (§3.7).
         let beats = match cx.wire {
@@ -221,24 +236,53 @@ fn answer_beats(
                 .collect(),
             Wire::Anthropic => Vec::new(),
         };
-        return (AnswerKind::Refusal, beats, Stop::Refusal, 0, false);
+        return Answer {
+            kind: AnswerKind::Refusal,
+            beats,
+            stop: Stop::Refusal,
+            continuation,
+        };
     }
     if !scenario.tool_calls.is_empty() {
         let (beats, stop) = tool_beats(scenario, cx.wire, truncate, rng, ids);
-        return (AnswerKind::Tools, beats, stop, 0, false);
+        return Answer {
+            kind: AnswerKind::Tools,
+            beats,
+            stop,
+            continuation,
+        };
     }
-    let full = answer::text_tokens(scenario);
-    let prefill = cx.inbound.prefill.as_deref().unwrap_or_default();
-    let remainder = answer::remainder_after(&full, prefill);
-    let continued = remainder.is_some();
-    let mut tokens = remainder.unwrap_or(full);
+    let (mut tokens, continuation) = cx.reading.text(answer::text_tokens(scenario), scenario.seed);
     let mut stop = Stop::EndTurn;
     if truncate {
         tokens.truncate(tokens.len() / 2);
         stop = Stop::Length;
     }
-    let beats = tokens.into_iter().map(|t| vec![Step::Text(t)]).collect();
-    (AnswerKind::Text, beats, stop, prefill.chars().count(), continued)
+    Answer {
+        kind: AnswerKind::Text,
+        beats: text_beats(tokens),
+        stop,
+        continuation,
+    }
+}
+
+fn text_beats(tokens: Vec<String>) -> Vec<Beat> {
+    tokens.into_iter().map(|t| vec![Step::Text(t)]).collect()
+}
+
+/// The text beats with the one holding byte `bytes` split (`answer::cut_at_byte`), and how
+/// many beats come before the cut.
+fn cut_text_beats(beats: &[Beat], bytes: usize) -> Option<(Vec<Beat>, u32)> {
+    let tokens: Vec<String> = beats
+        .iter()
+        .flatten()
+        .filter_map(|step| match step {
+            Step::Text(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let (tokens, before) = answer::cut_at_byte(tokens, bytes)?;
+    Some((text_beats(tokens), u32::try_from(before).unwrap_or(u32::MAX)))
 }
 
 fn tool_beats(
@@ -288,6 +332,8 @@ fn tool_beats(
 
 /// The `*_after_tokens` faults of one request, with the random ones already decided.
 struct Faults {
+    /// This request drops (`drop_after_tokens` / `drop_after_bytes`, drawn by `drop_rate`).
+    drops: bool,
     drop: Option<u32>,
     stall: Option<(u32, Duration)>,
     malformed: Option<u32>,
@@ -297,11 +343,12 @@ struct Faults {
 
 impl Faults {
     fn draw(f: &Failure, rng: &mut SmallRng) -> Self {
-        let drop = f
-            .drop_after_tokens
-            .filter(|_| rng.random_bool(probability(f.drop_rate)));
+        // Drawn only when a drop is configured, so other scenarios keep their random sequence.
+        let configured = f.drop_after_tokens.is_some() || f.drop_after_bytes.is_some();
+        let drops = configured && rng.random_bool(probability(f.drop_rate));
         Faults {
-            drop,
+            drops,
+            drop: f.drop_after_tokens.filter(|_| drops),
             stall: f
                 .stall_after_tokens
                 .map(|n| (n, ms(f.stall_ms.unwrap_or(60_000) as f64))),
@@ -309,6 +356,11 @@ impl Faults {
             in_band: f.in_band_error_after_tokens,
             invalid_utf8: f.invalid_utf8_after_tokens,
         }
+    }
+
+    /// Also drops once `sent` tokens are out (the earliest drop wins).
+    fn drop_at(&mut self, sent: u32) {
+        self.drop = Some(self.drop.map_or(sent, |n| n.min(sent)));
     }
 
     /// Appends what happens once `sent` tokens are out; `Some(end)` when the body ends.
@@ -344,14 +396,13 @@ mod tests {
     }
 
     fn run(scenario: &Scenario, wire: Wire, request_number: u64) -> Plan {
-        let inbound = Inbound::default();
         let cx = Context {
             wire,
-            inbound: &inbound,
             moment: Moment {
                 request_number,
                 clock_ms: 0,
             },
+            reading: Reading::Fresh,
         };
         let mut rng = SmallRng::seed_from_u64(scenario.seed ^ request_number);
         let mut ids = SmallRng::seed_from_u64(request_number);
@@ -390,6 +441,62 @@ mod tests {
         assert_eq!(s.end, SimEnd::Dropped, "end");
         assert_eq!(s.steps.last(), Some(&Step::Drop), "drop is last");
         assert_eq!(texts(&s.steps), 2, "two tokens before it");
+    }
+
+    #[test]
+    fn drop_after_bytes_splits_the_token_at_the_cut_and_drops_right_after() {
+        let s = Scenario {
+            text: Some("Naïve café".to_owned()),
+            failure: Failure {
+                drop_after_bytes: Some(11),
+                ..Failure::default()
+            },
+            ..Scenario::default()
+        };
+        let plan = script(run(&s, Wire::OpenAi, 0));
+        let sent: Vec<&str> = plan
+            .steps
+            .iter()
+            .filter_map(|x| match x {
+                Step::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        // Byte 11 is inside 'é' (bytes 10-11): the cut rounds down to " caf".
+        assert_eq!(
+            sent,
+            ["Naïve", " caf"],
+            "text up to the cut, the cut token's head alone"
+        );
+        assert_eq!(
+            (plan.steps.last(), plan.end),
+            (Some(&Step::Drop), SimEnd::Dropped),
+            "then drop"
+        );
+        let never = Scenario {
+            failure: Failure {
+                drop_after_bytes: Some(99),
+                ..s.failure.clone()
+            },
+            ..s.clone()
+        };
+        assert_eq!(
+            script(run(&never, Wire::OpenAi, 0)).end,
+            SimEnd::Completed,
+            "beyond the text"
+        );
+        let earlier = Scenario {
+            failure: Failure {
+                drop_after_tokens: Some(1),
+                ..s.failure.clone()
+            },
+            ..s
+        };
+        assert_eq!(
+            texts(&script(run(&earlier, Wire::Anthropic, 0)).steps),
+            1,
+            "earliest drop wins"
+        );
     }
 
     #[test]

@@ -11,7 +11,13 @@ const NAMES: &[&str] = &[
     "tool-call",
     "correlated-brownout",
     "slow",
+    "hostile-text",
 ];
+
+/// The `hostile-text` answer: where a seam between a partial answer and its continuation
+/// breaks (repeated words, digit groups, a blank line, multi-byte characters).
+pub(crate) const HOSTILE_TEXT: &str =
+    "The very very old fee was $1,000,000 per year.\n\nNaïve café — 日本語 🎉 and then para two.";
 
 /// Names of every built-in profile, in documentation order.
 pub fn profile_names() -> &'static [&'static str] {
@@ -71,6 +77,11 @@ pub fn profile(name: &str) -> Option<Scenario> {
             tokens: 40,
             seed: 8,
             ..Scenario::default()
+        },
+        "hostile-text" => Scenario {
+            text: Some(HOSTILE_TEXT.to_owned()),
+            seed: 3,
+            ..fast_stable()
         },
         _ => return None,
     };

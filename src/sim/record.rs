@@ -9,6 +9,8 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::continuation::PrefillOutcome;
+
 /// Records kept; older ones are forgotten first.
 const LOG_CAPACITY: usize = 100_000;
 
@@ -56,10 +58,14 @@ pub struct SimRecord {
     pub end: Option<SimEnd>,
     /// Content tokens written (text tokens or tool-call argument fragments).
     pub tokens_sent: u32,
-    /// Characters of assistant prefill found in the request.
+    /// Characters of the request's final assistant message (its prefill), 0 without one.
     pub prefill_chars: usize,
-    /// The prefill was a prefix of the answer, so only the remainder was sent.
+    /// The prefill was honoured and a prefix of the answer, so only the remainder was sent
+    /// (`continuation == Some(PrefillOutcome::Exact)`).
     pub continued: bool,
+    /// What the upstream did with the prefill; `None` without one, or when an injected
+    /// status error answered first.
+    pub continuation: Option<PrefillOutcome>,
     #[serde(skip)]
     pub accepted_at: Instant,
     #[serde(skip)]
@@ -143,6 +149,7 @@ impl SimLog {
             tokens_sent: 0,
             prefill_chars: 0,
             continued: false,
+            continuation: None,
             accepted_at: arrival.accepted_at,
             first_token_at: None,
             ended_at: None,

@@ -1,5 +1,6 @@
 //! Reads what the simulator needs from an incoming OpenAI or Anthropic request body: stream
-//! or not, usage wanted, a rough input token count, and any assistant prefill to continue.
+//! or not, usage wanted, a rough input token count, and the final assistant message (a
+//! prefill) with the marks that say which continuation convention it follows.
 
 use serde_json::Value;
 
@@ -12,9 +13,21 @@ pub(crate) struct Inbound {
     /// OpenAI `stream_options.include_usage`.
     pub include_usage: bool,
     pub input_tokens: u32,
-    /// Assistant text the answer should continue from.
-    pub prefill: Option<String>,
+    /// The final assistant message, when the request ends with one that has text.
+    pub prefill: Option<Prefill>,
     pub model: Option<String>,
+}
+
+/// A final assistant message and how it is marked.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Prefill {
+    pub text: String,
+    /// OpenAI: the message has `"prefix": true`.
+    pub prefix: bool,
+    /// OpenAI: the request has `"continue_final_message": true`.
+    pub continue_final_message: bool,
+    /// The message's last content part is text ending in whitespace.
+    pub trailing_whitespace: bool,
 }
 
 /// Parses a Chat Completions request body.
@@ -24,7 +37,7 @@ pub(crate) fn openai(body: &Value) -> Inbound {
         stream: flag(body, "stream"),
         include_usage: body.get("stream_options").is_some_and(|o| flag(o, "include_usage")),
         input_tokens: estimate_tokens(&all_text(&messages)).max(1),
-        prefill: prefill(&messages),
+        prefill: prefill(body, &messages),
         model: model(body),
     }
 }
@@ -37,7 +50,7 @@ pub(crate) fn anthropic(body: &Value) -> Inbound {
         stream: flag(body, "stream"),
         include_usage: false,
         input_tokens: (estimate_tokens(&system) + estimate_tokens(&all_text(&messages))).max(1),
-        prefill: prefill(&messages),
+        prefill: prefill(body, &messages),
         model: model(body),
     }
 }
@@ -76,21 +89,36 @@ fn all_text(messages: &[Turn]) -> String {
     messages.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join(" ")
 }
 
-/// The assistant text to continue from: a final assistant message (prefill), or the last
-/// assistant message when the final user message asks to continue.
-fn prefill(messages: &[Turn]) -> Option<String> {
-    let (last_role, last_text) = messages.last()?;
-    let text = match last_role.as_str() {
-        "assistant" => last_text.clone(),
-        "user" if last_text.to_lowercase().contains("continue") => messages
-            .iter()
-            .rev()
-            .skip(1)
-            .find(|(role, _)| role == "assistant")
-            .map(|(_, text)| text.clone())?,
-        _ => return None,
-    };
-    (!text.is_empty()).then_some(text)
+/// The final assistant message, if it has text. An instruction such as "continue" in a
+/// user message is not a prefill: real models start over or rephrase.
+fn prefill(body: &Value, messages: &[Turn]) -> Option<Prefill> {
+    let (role, text) = messages.last()?;
+    if role != "assistant" || text.is_empty() {
+        return None;
+    }
+    let last = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|list| list.last());
+    let trailing_whitespace = last
+        .and_then(|m| m.get("content"))
+        .and_then(last_text_part)
+        .is_some_and(|t| t.ends_with(char::is_whitespace));
+    Some(Prefill {
+        text: text.clone(),
+        prefix: last.is_some_and(|m| flag(m, "prefix")),
+        continue_final_message: flag(body, "continue_final_message"),
+        trailing_whitespace,
+    })
+}
+
+/// The text of a `content`'s last part (the whole string for a string content).
+fn last_text_part(content: &Value) -> Option<&str> {
+    match content {
+        Value::String(s) => Some(s),
+        Value::Array(parts) => parts.last()?.get("text")?.as_str(),
+        _ => None,
+    }
 }
 
 fn flag(v: &Value, key: &str) -> bool {
@@ -132,24 +160,58 @@ mod tests {
             ]
         });
         let inbound = anthropic(&body);
-        assert_eq!(inbound.prefill.as_deref(), Some("Hello big"), "prefill");
+        let prefill = inbound.prefill.unwrap_or_default();
+        assert_eq!(prefill.text, "Hello big", "prefill text");
+        assert!(!prefill.trailing_whitespace, "no trailing whitespace");
         assert_eq!(inbound.input_tokens, 5, "system words count too");
         assert!(!inbound.stream, "stream defaults to false");
     }
 
     #[test]
-    fn a_user_asking_to_continue_after_an_assistant_turn_is_a_prefill() {
+    fn trailing_whitespace_is_judged_on_the_last_text_part_only() {
+        let ends_in_space = json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "text", "text": "a "}, {"type": "text", "text": "b\n"}]}
+        ]});
+        let got = anthropic(&ends_in_space).prefill.unwrap_or_default();
+        assert!(got.trailing_whitespace, "last block ends in a newline: {got:?}");
+        let earlier_space = json!({"messages": [
+            {"role": "assistant", "content": [{"type": "text", "text": "a "}, {"type": "text", "text": "b"}]}
+        ]});
+        let got = anthropic(&earlier_space).prefill.unwrap_or_default();
+        assert!(!got.trailing_whitespace, "only the last block counts: {got:?}");
+        assert_eq!(got.text, "a b", "text of every block");
+    }
+
+    #[test]
+    fn openai_marks_of_the_prefix_and_vllm_conventions_are_read() {
+        let body = json!({"continue_final_message": true, "add_generation_prompt": false, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hello big", "prefix": true}
+        ]});
+        let prefill = openai(&body).prefill.unwrap_or_default();
+        assert!(prefill.prefix, "prefix flag: {prefill:?}");
+        assert!(prefill.continue_final_message, "vLLM flag: {prefill:?}");
+        let plain = json!({"messages": [{"role": "assistant", "content": "Hello"}]});
+        let prefill = openai(&plain).prefill.unwrap_or_default();
+        assert!(!prefill.prefix && !prefill.continue_final_message, "plain: {prefill:?}");
+    }
+
+    #[test]
+    fn a_user_asking_to_continue_is_not_a_prefill() {
         let body = json!({"messages": [
             {"role": "user", "content": "hi"},
             {"role": "assistant", "content": "Hello big"},
             {"role": "user", "content": "Continue exactly where you stopped."}
         ]});
-        assert_eq!(openai(&body).prefill.as_deref(), Some("Hello big"), "prefill");
-        let plain = json!({"messages": [
-            {"role": "assistant", "content": "Hello"},
-            {"role": "user", "content": "thanks"}
-        ]});
-        assert_eq!(openai(&plain).prefill, None, "no request to continue");
+        assert_eq!(
+            openai(&body).prefill,
+            None,
+            "an instruction is not a continuation contract"
+        );
+        assert_eq!(anthropic(&body).prefill, None, "on either wire");
+        let empty = json!({"messages": [{"role": "assistant", "content": ""}]});
+        assert_eq!(openai(&empty).prefill, None, "an empty assistant message is no prefill");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::aggregate::{Aggregate, Fault};
 use super::answer::random_id;
+use super::continuation::{self, PrefillOutcome, Verdict};
 use super::plan::{plan, Context, Plan, Script, StatusError, Wire};
 use super::record::{Arrival, RecordGuard, SimEnd};
 use super::request::{self, Inbound};
@@ -71,24 +72,36 @@ pub(crate) async fn respond(
         let message = format!("The simulator has no scenario named '{scenario_name}'.");
         return reply.error(guard, &status_error(404, &message));
     };
+    // The request is judged before anything else happens to it, as an API validates first.
+    let prefill = inbound.prefill.as_ref();
+    let verdict = continuation::judge(&scenario.continuation, wire, prefill);
+    let prefill_chars = prefill.map_or(0, |p| p.text.chars().count());
+    state.log.update(record, |r| r.prefill_chars = prefill_chars);
+    let reading = match verdict {
+        Verdict::Answer(reading) => reading,
+        Verdict::Refuse(error, outcome) => {
+            state.log.update(record, |r| r.continuation = Some(outcome));
+            return reply.error(guard, &error);
+        }
+    };
     let mut rng = SmallRng::seed_from_u64(scenario.seed ^ number);
     // Ids come from the arrival number: unique per simulator, whatever the seeds.
     let mut ids = SmallRng::seed_from_u64(record ^ 0x1d5e_ed00);
     let cx = Context {
         wire,
-        inbound: &inbound,
         moment: Moment {
             request_number: number,
             clock_ms: state.log.clock().ms(accepted_at) as u64,
         },
+        reading,
     };
     match plan(&scenario, &cx, &mut rng, &mut ids) {
         Plan::Status(error) => reply.error(guard, &error),
         Plan::Stream(script) => {
             state.log.update(record, |r| {
                 r.planned_ttft_ms = script.ttft.as_secs_f64() * 1000.0;
-                r.prefill_chars = script.prefill_chars;
-                r.continued = script.continued;
+                r.continuation = script.continuation;
+                r.continued = script.continuation == Some(PrefillOutcome::Exact);
             });
             let encoder = encoder(wire, &scenario, &inbound, &script, &mut ids);
             if inbound.stream {

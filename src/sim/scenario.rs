@@ -34,6 +34,8 @@ pub struct Scenario {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub brownout: Option<Brownout>,
     pub failure: Failure,
+    /// How a request ending with an assistant message (a prefill) is treated.
+    pub continuation: Continuation,
     /// Write each SSE event in body chunks of at most this many bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunk_split: Option<usize>,
@@ -56,6 +58,7 @@ impl Default for Scenario {
             cold_start: None,
             brownout: None,
             failure: Failure::default(),
+            continuation: Continuation::default(),
             chunk_split: None,
             seed: 0,
         }
@@ -136,7 +139,12 @@ pub struct Failure {
     /// Abort the connection after this many content tokens (no terminal chunk).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drop_after_tokens: Option<u32>,
-    /// Share of requests that drop (when `drop_after_tokens` is set).
+    /// Abort the connection once this many bytes of answer text are out (rounded down to a
+    /// char boundary). The token holding the cut is split and its first part sent as its
+    /// own delta, so the cut can fall inside a word. Text answers only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_after_bytes: Option<usize>,
+    /// Share of requests that drop (when `drop_after_tokens` or `drop_after_bytes` is set).
     pub drop_rate: f64,
     /// Pause for `stall_ms` after this many content tokens, then carry on.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,6 +187,7 @@ impl Default for Failure {
             retry_after_ms: None,
             message: None,
             drop_after_tokens: None,
+            drop_after_bytes: None,
             drop_rate: 1.0,
             stall_after_tokens: None,
             stall_ms: None,
@@ -193,6 +202,70 @@ impl Default for Failure {
             refusal: false,
         }
     }
+}
+
+/// What the upstream does with a prefill: a request whose final message is an assistant
+/// message with text. The Anthropic wire always treats it as a prefill (and always refuses
+/// one ending in whitespace); on the OpenAI wire `convention` decides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Continuation {
+    /// OpenAI wire: which request shape counts as a prefill. Any other shape is history,
+    /// and the answer starts over.
+    pub convention: Convention,
+    /// What an honoured prefill gets.
+    #[serde(alias = "behavior")]
+    pub behaviour: Behaviour,
+    /// `diverges`: words of the answer repeated before it says something else.
+    pub diverge_after_words: u32,
+    /// `refuses`: the 400's message (llama.cpp's thinking-mode refusal otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal_message: Option<String>,
+}
+
+impl Default for Continuation {
+    fn default() -> Self {
+        Continuation {
+            convention: Convention::Any,
+            behaviour: Behaviour::Exact,
+            diverge_after_words: 3,
+            refusal_message: None,
+        }
+    }
+}
+
+/// The OpenAI-wire request shape a simulated upstream continues (see `types::Prefill`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Convention {
+    /// Any final assistant message, marked or not.
+    #[default]
+    Any,
+    /// A plain final assistant message; one marked for another convention is history.
+    Assistant,
+    /// The final assistant message has `"prefix": true` (DeepSeek beta, Mistral).
+    Prefix,
+    /// The request has `"continue_final_message": true` (vLLM).
+    Vllm,
+    /// Never (api.openai.com): a final assistant message is history.
+    None,
+}
+
+/// What an honoured prefill gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Behaviour {
+    /// Only the remainder after the prefill (a prefill ending inside a token gets that
+    /// token's tail); the whole answer when the prefill is not a prefix of it.
+    #[default]
+    Exact,
+    /// The whole answer from its start, as if there were no prefill.
+    StartsOver,
+    /// A different answer from the start: the first `diverge_after_words` words of the
+    /// answer, then other words.
+    Diverges,
+    /// HTTP 400 with the wire's error body.
+    Refuses,
 }
 
 /// The longest delay the simulator will ever sleep for one step.

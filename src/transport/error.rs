@@ -98,13 +98,15 @@ impl ErrorReply {
         reply
     }
 
-    /// A terminal error from the event stream, rendered with the status the mux chose.
+    /// A terminal error from the event stream, rendered with the status the mux chose. A
+    /// retry hint is passed on only where waiting helps (`waiting_helps`): SDKs honour
+    /// Retry-After, and a hint on a timeout or a 400 only makes them retry in vain.
     pub fn from_event(e: ErrorEvent) -> Self {
         ErrorReply {
             status: e.status,
             class: e.class,
             message: e.message,
-            retry_after: e.retry_after,
+            retry_after: e.retry_after.filter(|_| waiting_helps(e.class)),
             param: None,
             code: None,
             envelope: Some(Box::new(e.envelope)),
@@ -173,6 +175,16 @@ impl ErrorReply {
         self.retry_after
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
+}
+
+/// Can the same request succeed if the client waits? Only when the failure was load: a
+/// rate limit, a full gateway, an upstream outage. A timeout (the deadline was too short
+/// for any route), a request no route fits, or our configuration fault will not go away.
+fn waiting_helps(class: ErrorClass) -> bool {
+    matches!(
+        class,
+        ErrorClass::RateLimited | ErrorClass::Overloaded | ErrorClass::Unavailable
+    )
 }
 
 /// `retry-after` is whole seconds; round up so a client never retries too early.
@@ -267,6 +279,158 @@ mod tests {
             "message lists known models: {}",
             reply.message
         );
+    }
+
+    fn event(class: ErrorClass, status: u16, retry_after: Option<Duration>) -> ErrorEvent {
+        ErrorEvent {
+            class,
+            status,
+            message: "request deadline exceeded before the first token".into(),
+            retry_after,
+            envelope: Envelope::default(),
+        }
+    }
+
+    async fn body_json(resp: axum::response::Response) -> serde_json::Value {
+        use http_body_util::BodyExt;
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        serde_json::from_slice(&bytes).unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_timeout_renders_as_504_without_retry_after_in_every_dialect() {
+        // Even if a hint rode along (an upstream 408's Retry-After), a timeout never says wait.
+        let timeout = || event(ErrorClass::Timeout, 504, Some(Duration::from_secs(1)));
+        let reply = ErrorReply::from_event(timeout());
+        assert_eq!(reply.retry_after, None, "no retry hint on a timeout");
+
+        let resp = crate::transport::openai::error_response(&reply, "req_t");
+        assert_eq!(resp.status(), 504, "OpenAI status");
+        assert!(resp.headers().get("retry-after").is_none(), "OpenAI: no retry-after");
+        assert!(
+            resp.headers().get("retry-after-ms").is_none(),
+            "OpenAI: no retry-after-ms"
+        );
+        let body = body_json(resp).await;
+        assert_eq!(
+            (&body["error"]["type"], &body["error"]["code"]),
+            (&serde_json::json!("server_error"), &serde_json::json!("timeout")),
+            "OpenAI: every 5xx is server_error (§6.1), the code says timeout: {body}"
+        );
+
+        let resp = crate::transport::anthropic::error_response(&reply, "req_t");
+        assert_eq!(resp.status(), 504, "Anthropic status");
+        assert!(resp.headers().get("retry-after").is_none(), "Anthropic: no retry-after");
+        let body = body_json(resp).await;
+        assert_eq!(
+            body["error"]["type"], "timeout_error",
+            "Anthropic's 504 type (§6.3): {body}"
+        );
+
+        let resp = crate::transport::native_sse::error_response(&reply, "req_t");
+        assert_eq!(resp.status(), 504, "native SSE status");
+        assert!(
+            resp.headers().get("retry-after").is_none(),
+            "native SSE: no retry-after"
+        );
+        let body = body_json(resp).await;
+        assert_eq!(
+            (&body["type"], &body["class"]),
+            (&serde_json::json!("error"), &serde_json::json!("timeout")),
+            "native error message: {body}"
+        );
+        assert!(
+            body.get("retry_after_ms").is_none(),
+            "native SSE: no retry_after_ms: {body}"
+        );
+
+        let ws = crate::transport::native::ServerMessage::from_error_event(Some("r1".into()), timeout());
+        let ws: serde_json::Value = serde_json::from_str(&ws.to_json()).unwrap_or_default();
+        assert_eq!(ws["class"], "timeout", "WebSocket error class: {ws}");
+        assert!(ws.get("retry_after_ms").is_none(), "WebSocket: no retry_after_ms: {ws}");
+    }
+
+    #[test]
+    fn load_failures_keep_their_retry_hint_and_others_lose_it() {
+        let wait = Some(Duration::from_millis(1500));
+        for class in [ErrorClass::RateLimited, ErrorClass::Overloaded, ErrorClass::Unavailable] {
+            let reply = ErrorReply::from_event(event(class, class.http_status(), wait));
+            assert_eq!(reply.retry_after, wait, "{class}: waiting helps");
+        }
+        for class in [
+            ErrorClass::Timeout,
+            ErrorClass::NoRoute,
+            ErrorClass::ContextLength,
+            ErrorClass::BadRequest,
+            ErrorClass::Quota,
+            ErrorClass::NotFound,
+            ErrorClass::Auth,
+        ] {
+            let reply = ErrorReply::from_event(event(class, class.http_status(), wait));
+            assert_eq!(reply.retry_after, None, "{class}: waiting does not help");
+        }
+    }
+
+    #[tokio::test]
+    async fn no_route_is_a_400_invalid_request_in_both_sdk_dialects() {
+        // As gateway.rs emits it when the router finds no eligible route.
+        let no_route = ErrorReply::from_event(ErrorEvent {
+            class: ErrorClass::NoRoute,
+            status: 400,
+            message: "no route is eligible for this request: eu-a (region)".into(),
+            retry_after: None,
+            envelope: Envelope::default(),
+        });
+        let resp = crate::transport::openai::error_response(&no_route, "req_n");
+        assert_eq!(resp.status(), 400, "OpenAI status");
+        let body = body_json(resp).await;
+        assert_eq!(
+            (&body["error"]["type"], &body["error"]["code"]),
+            (
+                &serde_json::json!("invalid_request_error"),
+                &serde_json::json!("no_route")
+            ),
+            "{body}"
+        );
+        let resp = crate::transport::anthropic::error_response(&no_route, "req_n");
+        assert_eq!(resp.status(), 400, "Anthropic status");
+        let body = body_json(resp).await;
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        assert_eq!(
+            ErrorClass::NoRoute.http_status(),
+            400,
+            "the class's status agrees with the gateway's"
+        );
+    }
+
+    #[tokio::test]
+    async fn context_length_is_a_400_with_openais_code() {
+        let reply = ErrorReply::from_event(ErrorEvent {
+            class: ErrorClass::ContextLength,
+            status: ErrorClass::ContextLength.http_status(),
+            message: "prompt is too long: 210000 tokens > 200000 maximum".into(),
+            retry_after: None,
+            envelope: Envelope::default(),
+        });
+        let resp = crate::transport::openai::error_response(&reply, "req_c");
+        assert_eq!(resp.status(), 400, "OpenAI status");
+        let body = body_json(resp).await;
+        assert_eq!(
+            (&body["error"]["type"], &body["error"]["code"]),
+            (
+                &serde_json::json!("invalid_request_error"),
+                &serde_json::json!("context_length_exceeded")
+            ),
+            "{body}"
+        );
+        let resp = crate::transport::anthropic::error_response(&reply, "req_c");
+        assert_eq!(resp.status(), 400, "Anthropic status");
+        assert_eq!(body_json(resp).await["error"]["type"], "invalid_request_error");
     }
 
     #[test]

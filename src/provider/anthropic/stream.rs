@@ -338,6 +338,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn unknown_stop_reason_after_a_complete_answer_is_a_normal_stop() {
+        let future = TEXT.replace("\"stop_reason\":\"end_turn\"", "\"stop_reason\":\"compaction_needed\"");
+        assert_ne!(future, TEXT, "the fixture's stop_reason was replaced");
+        assert_eq!(
+            replay(&future).await,
+            replay(TEXT).await,
+            "a stop reason added after this was written ends the answer like end_turn"
+        );
+        let paused = TEXT.replace("\"stop_reason\":\"end_turn\"", "\"stop_reason\":\"pause_turn\"");
+        assert_eq!(
+            replay(&paused).await.get(3),
+            Some(&Ok(Delta::Finish(FinishReason::Stop))),
+            "pause_turn has no OpenAI equivalent: stop (§9.3)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pings_after_stop_reason_do_not_hold_the_stream_open() {
+        use futures::StreamExt;
+        let head = TEXT.split("event: message_stop").next().unwrap_or("").to_string();
+        let first = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(head))]);
+        let pings = futures::stream::unfold((), |()| async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            Some((
+                Ok(bytes::Bytes::from_static(
+                    b"event: ping\ndata: {\"type\": \"ping\"}\n\n",
+                )),
+                (),
+            ))
+        });
+        let out: Option<Out> = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            crate::provider::drive(first.chain(pings), EventDecoder::default()).collect(),
+        )
+        .await
+        .ok();
+        assert_eq!(
+            out.as_ref().and_then(|o| o.last()),
+            Some(&usage(11, 6)),
+            "ends within the grace after stop_reason, usage kept: {out:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn eof_before_message_stop_is_a_protocol_error_unless_stop_reason_arrived() {
         let cut = TEXT.split("event: message_delta").next().unwrap_or("");
         let out = replay(cut).await;

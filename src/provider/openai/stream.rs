@@ -4,7 +4,8 @@
 //! (T12); empty, `null` or missing `choices` mean "no delta" (T8); tool-call fragments pass
 //! through raw, keyed by `index` (T1-T4), for the mux's assembler. The answer is over at
 //! `finish_reason`; the usage chunk and `[DONE]` that usually follow are optional, because
-//! many OpenAI-compatible servers never send `[DONE]`.
+//! many OpenAI-compatible servers never send `[DONE]`. An unknown `finish_reason` is a
+//! normal stop; only `"error"` (OpenRouter's failed generation) fails the attempt.
 
 use serde_json::json;
 
@@ -51,7 +52,8 @@ impl WireDecoder for ChunkDecoder {
             if let Some(delta) = choice.delta {
                 self.on_delta(delta, out);
             }
-            if let Some(reason) = choice.finish_reason {
+            // Some compatible servers send `""` on every chunk that does not finish.
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
                 let reason = self.finish_reason(&reason)?;
                 self.finish = Some(reason);
                 out.push(Delta::Finish(reason));
@@ -143,7 +145,17 @@ impl ChunkDecoder {
                     "upstream ended the answer with finish_reason \"error\"",
                 ))
             }
-            other => return Err(protocol(&format!("upstream sent an unknown finish_reason {other:?}"))),
+            // A reason added after this was written ends a complete answer like `stop`
+            // would (§1.10 calls unknown values abnormal, but the answer is already whole:
+            // failing it over would throw a good answer away).
+            other => {
+                tracing::debug!(finish_reason = other, "unknown finish_reason read as stop");
+                if self.refused {
+                    FinishReason::Refusal
+                } else {
+                    FinishReason::Stop
+                }
+            }
         })
     }
 
@@ -311,6 +323,61 @@ mod tests {
             started.elapsed(),
             Duration::from_secs(1),
             "ends after exactly the grace period"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_after_finish_reason_do_not_extend_the_grace_period() {
+        let finish = r#"data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#;
+        let first = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(format!("{finish}\n\n")))]);
+        // An upstream that never sends usage or [DONE] but keeps sending empty chunks.
+        let keep_alive = futures::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            Some((Ok(Bytes::from_static(b"data: {\"choices\":[]}\n\n")), ()))
+        });
+        let started = tokio::time::Instant::now();
+        let out: Option<Out> = tokio::time::timeout(
+            Duration::from_secs(30),
+            drive(first.chain(keep_alive), ChunkDecoder::default()).collect(),
+        )
+        .await
+        .ok();
+        assert_eq!(
+            out,
+            Some(vec![text("hi"), Ok(Delta::Finish(FinishReason::Stop))]),
+            "the stream ends although events keep coming"
+        );
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(1),
+            "the grace is counted from the finish, not from the last event"
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_finish_reason_after_a_complete_answer_is_a_normal_stop() {
+        let stream = concat!(
+            "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris.\"},\"finish_reason\":\"\"}]}\n\n",
+            "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"eos_token\"}]}\n\n",
+            "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2}}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let out = replay(stream).await;
+        assert_eq!(
+            out,
+            vec![text("Paris."), Ok(Delta::Finish(FinishReason::Stop)), usage(9, 2)],
+            "an empty finish_reason is no finish; an unknown one is a stop, never a failure"
+        );
+        let refused = replay(concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"No.\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"safety_stop\"}]}\n\n",
+        ))
+        .await;
+        assert_eq!(
+            refused.last(),
+            Some(&Ok(Delta::Finish(FinishReason::Refusal))),
+            "after refusal text an unknown reason is still a refusal"
         );
     }
 

@@ -9,9 +9,14 @@ use serde_json::{json, Value};
 
 use super::*;
 
+mod continuation;
 mod control;
+mod cuts;
 mod faults;
 mod wire;
+
+/// Both wire formats, by the name a record gives them.
+const WIRES: [&str; 2] = ["openai", "anthropic"];
 
 fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -126,4 +131,66 @@ fn anthropic_events(text: &str) -> Vec<(String, Value)> {
 fn events_json(text: &str) -> Vec<Value> {
     let events = events(text);
     events[..events.len() - 1].iter().map(|e| parse(&e.1)).collect()
+}
+
+/// No waits at all, for tests that send hundreds of requests.
+fn instant(text: &str) -> Scenario {
+    Scenario {
+        ttft: Ttft {
+            median_ms: 0.0,
+            ..Ttft::default()
+        },
+        inter_token_ms: 0.0,
+        ..quick(text)
+    }
+}
+
+/// A request on `wire` ("openai" or "anthropic").
+async fn send(handle: &SimHandle, wire: &str, scenario: &str, body: Value) -> reqwest::Response {
+    match wire {
+        "openai" => openai(handle, scenario, body).await,
+        _ => anthropic(handle, scenario, body).await,
+    }
+}
+
+/// A streamed request whose messages are `messages`.
+fn stream_body(messages: Value) -> Value {
+    json!({"model": "m", "stream": true, "messages": messages})
+}
+
+/// The body's bytes up to its end, and whether it ended broken (a simulated drop).
+async fn read_body(response: reqwest::Response) -> (String, bool) {
+    let mut body = response.bytes_stream();
+    let mut seen = Vec::new();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(bytes) => seen.extend_from_slice(&bytes),
+            Err(_) => return (String::from_utf8_lossy(&seen).into_owned(), true),
+        }
+    }
+    (String::from_utf8_lossy(&seen).into_owned(), false)
+}
+
+/// The text deltas of a stream on `wire`, in order (role chunks and non-JSON events skipped).
+fn text_deltas(wire: &str, raw: &str) -> Vec<String> {
+    raw.split("\n\n")
+        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|v| {
+            let text = match wire {
+                "openai" => v["choices"][0]["delta"]["content"].as_str(),
+                _ => v["delta"]["text"].as_str(),
+            };
+            text.filter(|t| !t.is_empty()).map(str::to_owned)
+        })
+        .collect()
+}
+
+/// The whole text a streamed request on `wire` gets.
+async fn streamed_text(handle: &SimHandle, wire: &str, scenario: &str, body: Value) -> String {
+    let response = send(handle, wire, scenario, body).await;
+    assert_eq!(response.status(), 200, "{wire}: status");
+    let (raw, broken) = read_body(response).await;
+    assert!(!broken, "{wire}: body must end cleanly: {raw}");
+    text_deltas(wire, &raw).concat()
 }

@@ -201,6 +201,11 @@ async fn a_prefill_that_prefixes_the_answer_gets_only_the_remainder() {
     let record = &handle.log()[0];
     assert_eq!(record.prefill_chars, 9, "prefill chars");
     assert!(record.continued, "continued");
+    assert_eq!(
+        record.continuation,
+        Some(PrefillOutcome::Exact),
+        "what the upstream did"
+    );
     handle.shutdown();
 }
 

@@ -29,9 +29,12 @@ pub fn stop_reason(reason: FinishReason) -> &'static str {
 /// Anthropic's `error.type` for a class of failure.
 pub fn error_type(class: ErrorClass) -> &'static str {
     match class {
-        ErrorClass::BadRequest | ErrorClass::ContextLength | ErrorClass::Refusal => "invalid_request_error",
+        // No route fits the request as asked: a 400, which retrying cannot fix.
+        ErrorClass::BadRequest | ErrorClass::ContextLength | ErrorClass::Refusal | ErrorClass::NoRoute => {
+            "invalid_request_error"
+        }
         ErrorClass::RateLimited => "rate_limit_error",
-        ErrorClass::Overloaded | ErrorClass::NoRoute => "overloaded_error",
+        ErrorClass::Overloaded => "overloaded_error",
         ErrorClass::Timeout => "timeout_error",
         _ => "api_error",
     }
@@ -536,6 +539,11 @@ mod tests {
         assert_eq!(error_type(ErrorClass::BadRequest), "invalid_request_error", "400");
         assert_eq!(error_type(ErrorClass::Timeout), "timeout_error", "504");
         assert_eq!(error_type(ErrorClass::Unavailable), "api_error", "5xx");
+        assert_eq!(
+            error_type(ErrorClass::NoRoute),
+            "invalid_request_error",
+            "no route is a 400, not an overload to retry"
+        );
         let json: serde_json::Value = serde_json::from_slice(&error_json(&ErrorReply::busy())).expect("JSON");
         assert_eq!(json["type"], "error", "top-level type");
         assert_eq!(json["error"]["type"], "overloaded_error", "nested type");

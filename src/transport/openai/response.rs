@@ -121,10 +121,13 @@ struct ErrorDetail<'a> {
     code: &'a str,
 }
 
-/// OpenAI's `error.type` for a class of failure.
+/// OpenAI's `error.type` for a class of failure. Every 5xx, a timeout included, is
+/// `server_error` (§6.1); the `code` says which (`timeout`, `overloaded`, ...).
 pub fn error_type(class: ErrorClass) -> &'static str {
     match class {
-        ErrorClass::BadRequest | ErrorClass::ContextLength | ErrorClass::Refusal => "invalid_request_error",
+        ErrorClass::BadRequest | ErrorClass::ContextLength | ErrorClass::Refusal | ErrorClass::NoRoute => {
+            "invalid_request_error"
+        }
         ErrorClass::RateLimited => "rate_limit_error",
         _ => "server_error",
     }
