@@ -312,8 +312,18 @@ impl Gateway {
         let stream = match planned {
             Ok(plan) => self.mux.run(req, ctx, plan),
             Err(e) => {
+                // A prompt too long for every route is the client's to shorten: say so in the
+                // terms the SDKs know (`context_length_exceeded`), not as a routing failure.
+                let too_long = e
+                    .exclusions()
+                    .iter()
+                    .all(|x| x.codes.contains(&router::ExclusionCode::ContextLength));
                 let event = StreamEvent::Error(ErrorEvent {
-                    class: ErrorClass::NoRoute,
+                    class: if too_long {
+                        ErrorClass::ContextLength
+                    } else {
+                        ErrorClass::NoRoute
+                    },
                     status: 400,
                     message: e.to_string(),
                     retry_after: None,

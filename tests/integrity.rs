@@ -319,3 +319,22 @@ async fn a_restart_that_diverges_is_a_reset_for_native_clients_and_an_error_for_
         }
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_prompt_too_long_for_every_window_is_a_context_length_error() {
+    let text = toml(&[("a", "L0"), ("b", "L0")], "").replace("capabilities", "context_window = 64\ncapabilities");
+    let (gw, seen) = gateway(&text, vec![("a", answer(50, &["x"])), ("b", answer(50, &["y"]))]);
+    let mut long = req();
+    long.messages = vec![tailcut::types::Message::text(
+        tailcut::types::Role::User,
+        "word ".repeat(2000),
+    )];
+    let evs = collect(&gw, long, openai()).await;
+    let e = error(&evs).expect("no window fits");
+    assert_eq!(
+        (e.status, e.class),
+        (400, ErrorClass::ContextLength),
+        "the client must shorten the prompt: {e:?}"
+    );
+    assert_eq!(seen.calls("a") + seen.calls("b"), 0);
+}

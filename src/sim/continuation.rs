@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::answer::{self, WORDS};
 use super::plan::{StatusError, Wire};
 use super::request::Prefill;
-use super::scenario::{Behaviour, Continuation, Convention};
+use super::scenario::{Behaviour, Continuation, Convention, Scenario};
 
 /// The Anthropic API's answer to a final assistant text that ends in whitespace.
 pub(crate) const TRAILING_WHITESPACE: &str = "messages: final assistant content cannot end with trailing whitespace";
@@ -146,6 +146,22 @@ impl Reading<'_> {
             Reading::Diverges(_) => Some(PrefillOutcome::Diverges),
         }
     }
+}
+
+/// The tokens a scenario's text answer is sent as (their concatenation is the text).
+pub fn answer_tokens(scenario: &Scenario) -> Vec<String> {
+    answer::text_tokens(scenario)
+}
+
+/// The text a scenario's `diverges` continuation writes instead of its answer (for tests that
+/// must know what a coherent replacement looks like).
+pub fn diverging_answer(scenario: &Scenario) -> String {
+    diverged(
+        &answer::text_tokens(scenario),
+        scenario.continuation.diverge_after_words,
+        scenario.seed,
+    )
+    .concat()
 }
 
 /// A different answer with the shape of `full`: its first `words` words (at most all but

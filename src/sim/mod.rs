@@ -116,7 +116,7 @@ mod timing;
 #[cfg(test)]
 mod tests;
 
-pub use continuation::PrefillOutcome;
+pub use continuation::{answer_tokens, diverging_answer, PrefillOutcome};
 pub use profiles::{profile, profile_names};
 pub use record::{SimEnd, SimRecord};
 pub use scenario::{Behaviour, Brownout, ColdStart, Continuation, Convention, Failure, Scenario, ToolCallSpec, Ttft};

@@ -67,8 +67,9 @@ impl Run {
             )
         } else if classes.iter().all(|c| *c == ErrorClass::RateLimited) {
             (ErrorClass::RateLimited, 429, None)
-        } else if classes.iter().all(|c| *c == ErrorClass::ContextLength) {
-            // Every route said the prompt is too long: that is the client's to fix.
+        } else if classes.iter().all(|c| *c == ErrorClass::ContextLength) && waits.is_empty() {
+            // Every route said the prompt is too long (and none was only unavailable: a
+            // bigger window that is cooling may serve later): that is the client's to fix.
             (ErrorClass::ContextLength, 400, None)
         } else if classes.contains(&ErrorClass::Timeout) {
             (ErrorClass::Timeout, 504, None)
