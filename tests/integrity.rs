@@ -338,3 +338,38 @@ async fn a_prompt_too_long_for_every_window_is_a_context_length_error() {
     );
     assert_eq!(seen.calls("a") + seen.calls("b"), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_primary_that_always_dies_mid_answer_never_leaves_the_fallback_idle() {
+    // Default budgets. Every stream of `a` dies after two words; `b` is healthy. Sequential
+    // requests: each is recovered (never truncated), and `a`'s breaker opens so that later
+    // requests go to `b` first, as its normal traffic.
+    let (gw, seen) = gateway(
+        &toml(&[("a", "L0"), ("b", "L0")], ""),
+        vec![
+            ("a", dropped_after(&["Hello", " big"])),
+            ("b", answer(50, &["Hello", " big", " wide", " world."])),
+        ],
+    );
+    let mut first_try_on_b = 0;
+    for i in 0..30 {
+        let evs = collect(&gw, req(), openai()).await;
+        assert_eq!(
+            final_text(&evs),
+            "Hello big wide world.",
+            "request {i}: {:?}",
+            kinds(&evs)
+        );
+        assert!(error(&evs).is_none(), "request {i} is not truncated");
+        if envelope(&evs).is_some_and(|e| e.fell_back_from.is_empty()) {
+            first_try_on_b += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        seen.calls("a") < 30,
+        "the broken route stops being tried first: {} calls",
+        seen.calls("a")
+    );
+    assert!(first_try_on_b > 0, "traffic moved to the healthy route");
+}
