@@ -524,3 +524,4 @@ fn every_cut_point_of_a_60_token_answer_is_coherent() {
     rt.block_on(server.shutdown());
     assert!(failures.is_empty(), "wrong texts: {failures:#?}");
 }
+

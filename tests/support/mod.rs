@@ -37,7 +37,12 @@ pub async fn start(toml: &str) -> Running {
 }
 
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().expect("client")
+    // TCP_NODELAY: without it a request's header and body writes wait on delayed ACKs.
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .build()
+        .expect("client")
 }
 
 /// POSTs `body` to the server's OpenAI endpoint.
