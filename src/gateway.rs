@@ -1,6 +1,7 @@
 //! The one transport-agnostic entry point: `ChatRequest` + `RequestCtx` -> `EventStream`.
-//! Every transport calls `Gateway::chat`; the gateway asks the router for a plan and hands it
-//! to the mux.
+//! Every transport calls `Gateway::chat`; the gateway copies what planning reads (prompt
+//! size, route health, the session's lease), asks the router for a plan over those copies
+//! with no lock held, and hands the plan to the mux.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,75 +15,17 @@ use crate::health::Health;
 use crate::mux::Mux;
 use crate::provider::anthropic::AnthropicProvider;
 use crate::provider::openai::OpenAiProvider;
-use crate::provider::{self, ErrorClass, SharedProvider};
+use crate::provider::{self, SharedProvider};
 use crate::router;
 use crate::sim::SimHandle;
 use crate::telemetry;
-use crate::types::{ChatRequest, Envelope, ErrorEvent, EventStream, Level, ResponseType, StreamEvent};
-
-/// Which client dialect a request arrived in; decides what the mux may tell the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    OpenAi,
-    Anthropic,
-    /// WebSocket and the native SSE dialect: can express `reset` and `route_switch`.
-    Native,
-}
-
-impl Dialect {
-    /// Can this dialect tell a client to discard what it has (a `Reset` event)?
-    pub fn can_reset(self) -> bool {
-        matches!(self, Dialect::Native)
-    }
-}
-
-/// Request priority for admission: interactive traffic is shed last.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Priority {
-    Batch,
-    #[default]
-    Interactive,
-}
-
-/// Everything about a request that is not the chat itself.
-#[derive(Debug, Clone)]
-pub struct RequestCtx {
-    pub request_id: String,
-    pub dialect: Dialect,
-    /// `x-tailcut-hedge: off`.
-    pub hedge_off: bool,
-    /// `x-tailcut-response-type` override.
-    pub response_type: Option<ResponseType>,
-    /// `x-tailcut-deadline-ms`.
-    pub deadline: Option<Duration>,
-    /// `x-tailcut-priority`.
-    pub priority: Priority,
-    /// `x-tailcut-session`: route lease key.
-    pub session: Option<String>,
-    /// `x-tailcut-region`: only routes in this region are eligible.
-    pub region: Option<String>,
-    /// `x-tailcut-tenant`: a `[tenants.*]` entry whose rules and defaults apply.
-    pub tenant: Option<String>,
-    /// `x-tailcut-task`: the task type the quality floor is checked for.
-    pub task: Option<String>,
-}
+use crate::types::ErrorClass;
+use crate::types::{
+    ChatRequest, Dialect, Envelope, ErrorEvent, EventStream, ExclusionCode, LeaseUpdate, Level, Plan, Priority,
+    RequestCtx, ResponseType, StreamEvent,
+};
 
 impl RequestCtx {
-    pub fn new(dialect: Dialect) -> Self {
-        RequestCtx {
-            request_id: new_request_id(),
-            dialect,
-            hedge_off: false,
-            response_type: None,
-            deadline: None,
-            priority: Priority::Interactive,
-            session: None,
-            region: None,
-            tenant: None,
-            task: None,
-        }
-    }
-
     /// Reads the `x-tailcut-*` request headers. Invalid values are a client error.
     pub fn from_headers(headers: &HeaderMap, dialect: Dialect) -> Result<Self, GatewayError> {
         let mut ctx = RequestCtx::new(dialect);
@@ -125,10 +68,6 @@ impl RequestCtx {
             .map(str::to_string);
         Ok(ctx)
     }
-}
-
-fn new_request_id() -> String {
-    format!("req_{}", uuid::Uuid::new_v4().simple())
 }
 
 /// A request refused before any stream exists.
@@ -297,18 +236,7 @@ impl Gateway {
         if let Some(t) = tenant {
             needs = needs.with_tenant(t);
         }
-        // The lease table is locked only for requests that have a session to look up.
-        let planned = match ctx.session.as_deref().filter(|_| self.config.leases.enabled) {
-            Some(session) => {
-                let mut leases = self.mux.leases.lock();
-                let lookup = router::LeaseLookup {
-                    table: &mut leases,
-                    session,
-                };
-                router::plan_with(&self.config, &self.health, &req, &needs, Some(lookup), now)
-            }
-            None => router::plan_with(&self.config, &self.health, &req, &needs, None, now),
-        };
+        let planned = self.plan(&req, &needs, ctx.session.as_deref(), now);
         let stream = match planned {
             Ok(plan) => self.mux.run(req, ctx, plan),
             Err(e) => {
@@ -317,7 +245,7 @@ impl Gateway {
                 let too_long = e
                     .exclusions()
                     .iter()
-                    .all(|x| x.codes.contains(&router::ExclusionCode::ContextLength));
+                    .all(|x| x.codes.contains(&ExclusionCode::ContextLength));
                 let event = StreamEvent::Error(ErrorEvent {
                     class: if too_long {
                         ErrorClass::ContextLength
@@ -337,6 +265,36 @@ impl Gateway {
             }
         };
         Ok(Box::pin(ActiveStream::new(stream)))
+    }
+
+    /// The request path's plan: measure the prompt, copy the model's route health and the
+    /// session's lease, plan over those copies with no lock held, then apply the plan's lease
+    /// revocation. Locks taken: each route's health lock once, briefly (its view); the lease
+    /// table at most twice, briefly (copy the entry; apply a revocation), and only for a
+    /// session with leases on. Tokenizing happens before any of them.
+    fn plan(
+        &self,
+        req: &ChatRequest,
+        needs: &router::Requirements,
+        session: Option<&str>,
+        now: Instant,
+    ) -> Result<Plan, router::RouteError> {
+        let prompt = router::count_prompt(&self.config, req);
+        let routes = router::model_routes(&self.config, req);
+        let health = self.health.views(routes.iter().map(String::as_str), now);
+        let session = session.filter(|_| self.config.leases.enabled);
+        let lease = session.and_then(|s| self.mux.leases.lock().get(s));
+        let snapshot = router::Snapshot {
+            config: &self.config,
+            health: &health,
+            lease: lease.as_ref(),
+            now,
+        };
+        let plan = router::plan_over(&snapshot, req, needs, &prompt)?;
+        if let (Some(session), LeaseUpdate::Revoke { .. }) = (session, &plan.lease_update) {
+            self.mux.leases.lock().apply(session, &plan.lease_update);
+        }
+        Ok(plan)
     }
 
     pub fn models(&self) -> Vec<ModelInfo> {

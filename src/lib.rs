@@ -32,8 +32,11 @@
 //!   the router.
 //! - [`sim`]: the simulated upstream, a real HTTP server driven by explicit scenarios.
 //! - [`config`], [`types`], [`telemetry`]: the TOML contract, neutral types, metrics.
+//!
+//! Outside the library: the `tailcut` binary (`src/main.rs`, a thin CLI), and the load
+//! benchmarks, a workspace crate of their own (`bench/`, the `tailcut-bench` binary) that
+//! drives [`server`] and [`sim`] through this public API.
 
-pub mod bench;
 pub mod config;
 pub mod gateway;
 pub mod health;

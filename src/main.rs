@@ -1,4 +1,5 @@
-//! The `tailcut` command: `serve` (default), `sim`, `check-config`, `bench`.
+//! The `tailcut` command: `serve` (default), `sim`, `check-config`. The benchmarks are the
+//! `tailcut-bench` command (bench/), so this binary does not carry them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,19 +34,6 @@ enum Command {
     },
     /// Validate a config file, listing every problem with its key path.
     CheckConfig { file: PathBuf },
-    /// Benchmarks over the simulated upstream.
-    Bench {
-        #[command(subcommand)]
-        which: BenchCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Hedging off vs on over two `spiky` routes: TTFT percentiles, extra load, cancel latency.
-    Hedge(tailcut::bench::HedgeArgs),
-    /// What the gateway itself costs: added TTFT and memory per open stream and WebSocket.
-    Overhead(tailcut::bench::OverheadArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,24 +54,6 @@ fn main() -> ExitCode {
             Command::Serve { config, listen } => serve(config, listen).await,
             Command::Sim { listen, config } => sim(listen, config).await,
             Command::CheckConfig { file } => check_config(&file),
-            Command::Bench {
-                which: BenchCommand::Hedge(args),
-            } => match tailcut::bench::hedge(args).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("tailcut bench: {e}");
-                    ExitCode::FAILURE
-                }
-            },
-            Command::Bench {
-                which: BenchCommand::Overhead(args),
-            } => match tailcut::bench::overhead(args).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("tailcut bench: {e}");
-                    ExitCode::FAILURE
-                }
-            },
         }
     })
 }

@@ -16,7 +16,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
@@ -27,7 +27,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
@@ -36,30 +35,7 @@ use crate::gateway::{Gateway, StartError};
 use crate::sim::SimHandle;
 use crate::transport;
 
-/// Shared state every handler gets.
-#[derive(Clone)]
-pub struct AppState {
-    pub gateway: Arc<Gateway>,
-    pub config: Arc<Config>,
-    /// One permit per open chat stream; none left → 503.
-    pub streams: Arc<Semaphore>,
-    pub metrics: Option<PrometheusHandle>,
-    /// Set once shutdown began: `/readyz` answers 503.
-    pub draining: Arc<AtomicBool>,
-}
-
-impl AppState {
-    pub fn new(gateway: Arc<Gateway>) -> Self {
-        let config = Arc::clone(gateway.config());
-        AppState {
-            streams: Arc::new(Semaphore::new(config.server.max_streams)),
-            gateway,
-            config,
-            metrics: crate::telemetry::install(),
-            draining: Arc::new(AtomicBool::new(false)),
-        }
-    }
-}
+pub use crate::transport::AppState;
 
 /// The axum app with every route and the body limit.
 pub fn app(state: AppState) -> Router {

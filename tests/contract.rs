@@ -6,8 +6,8 @@ mod support;
 
 use futures::StreamExt;
 use support::*;
-use tailcut::gateway::{Dialect, RequestCtx};
 use tailcut::types::{ChatRequest, Message, Role, StreamEvent, ToolSpec};
+use tailcut::types::{Dialect, RequestCtx};
 
 const SCENARIOS: &str = r#"
 [sim.scenarios.text]

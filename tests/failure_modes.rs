@@ -9,11 +9,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use tailcut::config;
-use tailcut::gateway::{Dialect, Gateway, RequestCtx};
-use tailcut::provider::{
-    Delta, DeltaStream, ErrorClass, Provider, ProviderError, SharedProvider, ToolFragment, UpstreamRequest,
-};
+use tailcut::gateway::Gateway;
+use tailcut::provider::{Delta, DeltaStream, Provider, ProviderError, SharedProvider, ToolFragment, UpstreamRequest};
+use tailcut::types::ErrorClass;
 use tailcut::types::{ChatRequest, FinishReason, Message, Role, StreamEvent, ToolSpec};
+use tailcut::types::{Dialect, RequestCtx};
 use tokio::time::Instant;
 
 #[derive(Clone)]

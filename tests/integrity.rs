@@ -7,9 +7,9 @@ mod scripted;
 use std::time::Duration;
 
 use scripted::*;
-use tailcut::gateway::{Dialect, RequestCtx};
-use tailcut::provider::ErrorClass;
+use tailcut::types::ErrorClass;
 use tailcut::types::StreamEvent;
+use tailcut::types::{Dialect, RequestCtx};
 
 fn openai() -> RequestCtx {
     RequestCtx::new(Dialect::OpenAi)

@@ -11,10 +11,12 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use parking_lot::Mutex;
 use tailcut::config;
-use tailcut::gateway::{Dialect, Gateway, RequestCtx};
+use tailcut::gateway::Gateway;
 use tailcut::mux::probe::Prober;
-use tailcut::provider::{Delta, DeltaStream, ErrorClass, Provider, ProviderError, SharedProvider, UpstreamRequest};
+use tailcut::provider::{Delta, DeltaStream, Provider, ProviderError, SharedProvider, UpstreamRequest};
+use tailcut::types::ErrorClass;
 use tailcut::types::{ChatRequest, FinishReason, Message, Role, StreamEvent};
+use tailcut::types::{Dialect, RequestCtx};
 use tokio::time::Instant;
 
 /// Who sent a request: the prober's request ids start with `probe_`.

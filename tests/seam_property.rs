@@ -485,7 +485,12 @@ fn every_cut_point_of_a_60_token_answer_is_coherent() {
         Behaviour::Diverges,
         Behaviour::Refuses,
     ];
-    let dialects = [Dialect::OpenAi, Dialect::Anthropic, Dialect::NativeSse, Dialect::WebSocket];
+    let dialects = [
+        Dialect::OpenAi,
+        Dialect::Anthropic,
+        Dialect::NativeSse,
+        Dialect::WebSocket,
+    ];
     let mut failures = Vec::new();
     for behaviour in behaviours {
         for dialect in dialects {
@@ -524,4 +529,3 @@ fn every_cut_point_of_a_60_token_answer_is_coherent() {
     rt.block_on(server.shutdown());
     assert!(failures.is_empty(), "wrong texts: {failures:#?}");
 }
-

@@ -1,6 +1,7 @@
 //! Configuration: the TOML contract (`raw`), its validation with every problem reported at
 //! once (`validate`), and the validated `Config` the rest of the server reads.
 
+mod breaker;
 mod raw;
 mod routing;
 mod sections;
@@ -10,10 +11,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use breaker::{BreakerConfig, ProbeMode};
 pub use validate::{load_file, load_str, ConfigError, ConfigProblem};
 
-use crate::gateway::Priority;
 use crate::sim::Scenario;
+use crate::types::Priority;
 use crate::types::{Level, PrefillConvention, ResponseType};
 
 /// The configuration embedded in the binary: simulated routes, no keys needed.
@@ -29,7 +31,7 @@ pub struct Config {
     pub policies: PolicyConfig,
     pub limits: LimitsConfig,
     /// Per-route circuit breakers (one per route, all with these settings).
-    pub breaker: crate::health::breaker::BreakerConfig,
+    pub breaker: BreakerConfig,
     /// Named tenants (header `x-tailcut-tenant`): residency, data terms and defaults.
     pub tenants: BTreeMap<String, TenantConfig>,
     pub ranking: RankingConfig,

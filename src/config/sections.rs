@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::raw::{RawHedge, RawServer};
 use super::validate::Validator;
+use super::{BreakerConfig, ProbeMode};
 use super::{HedgeConfig, MidStreamPolicy, PolicyConfig, ServerConfig};
-use crate::health::breaker::{BreakerConfig, ProbeMode};
 
 impl Validator {
     pub(super) fn server(&mut self, s: RawServer) -> ServerConfig {
@@ -176,8 +176,8 @@ const MAX_QUOTA_COOLDOWN: Duration = Duration::from_secs(3600);
 mod tests {
     use std::time::Duration;
 
+    use crate::config::ProbeMode;
     use crate::config::{load_str, ConfigError};
-    use crate::health::breaker::ProbeMode;
 
     fn with_breaker(section: &str) -> Result<crate::config::Config, ConfigError> {
         load_str(&format!(

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::gateway::Priority;
+use crate::types::Priority;
 
 /// Shape of one route's concurrency limit.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,10 +6,14 @@
 //! the prober (`mux::probe`), only reads when a probe is due and reports like any attempt.
 //!
 //! - [`permit`]: one attempt's permission and how its outcome is reported;
-//! - [`view`]: what the router ranks by and what `/admin/routes` shows.
+//! - [`view`]: the per-route views the gateway copies out for the router, and what
+//!   `/admin/routes` shows;
+//! - [`lease`]: session → route leases, written by the mux at commit, copied by the gateway
+//!   before planning.
 
 pub mod admission;
 pub mod breaker;
+pub mod lease;
 pub mod permit;
 pub mod ttft;
 pub mod view;
@@ -28,10 +32,10 @@ use self::breaker::{Breaker, BreakerState, ProbeMode};
 use self::ttft::LatencyWindow;
 use self::window::RollingCounts;
 use crate::config::{Config, HedgeConfig};
-use crate::gateway::Priority;
+use crate::types::Priority;
 
 pub use permit::{PermitKind, RoutePermit};
-pub use view::{RouteSnapshot, RouteView};
+pub use view::{RouteSnapshot, RouteView, RouteViews};
 
 /// How long a 429 without Retry-After cools its route.
 pub const DEFAULT_COOLING: Duration = Duration::from_secs(1);

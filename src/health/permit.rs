@@ -10,12 +10,13 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::breaker::Ticket;
 use super::{Health, DEFAULT_COOLING, MAX_COOLING};
-use crate::provider::{ErrorClass, ProviderError};
+use crate::types::ErrorClass;
 
 /// What a permit was taken for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,9 +89,11 @@ impl RoutePermit {
         self.resolved = true;
     }
 
-    pub fn failure(mut self, now: Instant, err: &ProviderError) {
+    /// The attempt failed with `class`; `retry_after` is the upstream's wait hint (it sets a
+    /// rate-limited route's cool-down).
+    pub fn failure(mut self, now: Instant, class: ErrorClass, retry_after: Option<Duration>) {
         let route = &self.health.routes[self.idx];
-        let counts = err.class.counts_against_route();
+        let counts = class.counts_against_route();
         let mut s = route.state.lock();
         // A probe that brought no first token failed, whatever the class: a rate-limited or
         // misconfigured route is not back either (and must not be probed in a tight loop).
@@ -112,12 +115,12 @@ impl RoutePermit {
             }
             PermitKind::Attempt => {}
         }
-        if matches!(err.class, ErrorClass::RateLimited | ErrorClass::Unavailable) {
+        if matches!(class, ErrorClass::RateLimited | ErrorClass::Unavailable) {
             s.admission.on_overload(now);
         }
-        match err.class {
+        match class {
             ErrorClass::RateLimited => {
-                let wait = err.retry_after.unwrap_or(DEFAULT_COOLING).min(MAX_COOLING);
+                let wait = retry_after.unwrap_or(DEFAULT_COOLING).min(MAX_COOLING);
                 s.cool_until(now + wait);
             }
             // Out of credit: no retry soon changes that, an operator has to act (the mux
@@ -141,13 +144,19 @@ impl Drop for RoutePermit {
 
 #[cfg(test)]
 mod tests {
+    use crate::provider::ProviderError;
+
+    /// Reports `err` the way the mux does.
+    fn fail(permit: RoutePermit, now: Instant, err: &ProviderError) {
+        permit.failure(now, err.class, err.retry_after);
+    }
     use std::time::Duration;
 
     use super::*;
     use crate::config::{load_str, Config};
-    use crate::gateway::Priority;
     use crate::health::breaker::BreakerState;
     use crate::health::Unavailable;
+    use crate::types::Priority;
 
     fn config(breaker: &str) -> Config {
         load_str(&format!(
@@ -184,7 +193,7 @@ mod tests {
         for _ in 0..5 {
             let mut p = admit(&h, now);
             p.first_token(now);
-            p.failure(now, &dropped());
+            fail(p, now, &dropped());
         }
         assert!(
             matches!(state(&h, now), BreakerState::Open { .. }),
@@ -203,7 +212,7 @@ mod tests {
         let mut p = admit(&h, now);
         p.first_token(now);
         p.success(now);
-        admit(&h, now).failure(now, &dropped());
+        fail(admit(&h, now), now, &dropped());
         let snap = snapshot(&h, now);
         assert_eq!(snap.error_rate, 0.5, "one success and one failure, each counted once");
         assert_eq!(
@@ -217,8 +226,16 @@ mod tests {
     async fn not_found_and_invalid_output_count_against_the_route() {
         let now = Instant::now();
         let h = health("consecutive_failures = 2\n", now);
-        admit(&h, now).failure(now, &ProviderError::new(ErrorClass::NotFound, "no such model"));
-        admit(&h, now).failure(now, &ProviderError::new(ErrorClass::InvalidOutput, "bad tool JSON"));
+        fail(
+            admit(&h, now),
+            now,
+            &ProviderError::new(ErrorClass::NotFound, "no such model"),
+        );
+        fail(
+            admit(&h, now),
+            now,
+            &ProviderError::new(ErrorClass::InvalidOutput, "bad tool JSON"),
+        );
         assert!(matches!(state(&h, now), BreakerState::Open { .. }), "both count");
     }
 
@@ -241,9 +258,9 @@ mod tests {
             h.acquire("a", cooled, Priority::Interactive).is_err(),
             "the straggler's drop lets in no second probe"
         );
-        failing.failure(cooled, &dropped());
+        fail(failing, cooled, &dropped());
         assert_eq!(state(&h, cooled), BreakerState::HalfOpen, "nor does its failure reopen");
-        probe.failure(cooled, &dropped());
+        fail(probe, cooled, &dropped());
         assert!(
             matches!(state(&h, cooled), BreakerState::Open { .. }),
             "the probe's own failure reopens"
@@ -312,7 +329,7 @@ mod tests {
         let cooled = start + Duration::from_secs(1);
         let mut err = ProviderError::new(ErrorClass::RateLimited, "slow down");
         err.retry_after = Some(Duration::from_secs(3));
-        h.acquire_probe("a", cooled).expect("probe").failure(cooled, &err);
+        fail(h.acquire_probe("a", cooled).expect("probe"), cooled, &err);
         assert!(
             matches!(state(&h, cooled), BreakerState::Open { .. }),
             "a 429 is no proof of recovery"
@@ -329,7 +346,11 @@ mod tests {
     async fn quota_failure_cools_the_route_for_the_quota_cooldown() {
         let now = Instant::now();
         let h = health("", now);
-        admit(&h, now).failure(now, &ProviderError::new(ErrorClass::Quota, "insufficient_quota"));
+        fail(
+            admit(&h, now),
+            now,
+            &ProviderError::new(ErrorClass::Quota, "insufficient_quota"),
+        );
         let almost = now + Duration::from_secs(300) - Duration::from_millis(1);
         assert!(
             matches!(h.availability("a", almost), Err(Unavailable::Cooling { .. })),

@@ -1,5 +1,5 @@
-//! What is read of a route's health: the [`RouteView`] the router ranks by and the
-//! [`RouteSnapshot`] `/admin/routes` shows.
+//! What is read of a route's health: the [`RouteView`]s the router plans with, taken before
+//! planning with one short lock per route, and the [`RouteSnapshot`] `/admin/routes` shows.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::breaker::BreakerState;
 use super::Health;
 use crate::config::Config;
+use crate::types::RouteStatus;
 
 /// What the router reads of one route when it ranks: live latency, error rate, and whether
 /// the route can take traffic now.
@@ -27,6 +28,45 @@ pub struct RouteView {
     pub cooling: bool,
     /// How long until the breaker or the cool-down lets traffic through again.
     pub unavailable_for: Option<Duration>,
+}
+
+impl RouteView {
+    /// Can the route take traffic now, as ranking and leases see it?
+    pub fn status(&self) -> RouteStatus {
+        if self.breaker_open {
+            RouteStatus::BreakerOpen
+        } else if self.cooling {
+            RouteStatus::Cooling
+        } else {
+            RouteStatus::Available
+        }
+    }
+}
+
+/// The health one plan reads: a [`RouteView`] per route, copied out of [`Health`] before
+/// planning so that the planner holds no lock and sees one consistent moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RouteViews {
+    views: Vec<(String, RouteView)>,
+}
+
+impl RouteViews {
+    /// `name`'s view; a fresh route's view for names not taken.
+    pub fn get(&self, name: &str) -> RouteView {
+        self.views
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_default()
+    }
+}
+
+impl FromIterator<(String, RouteView)> for RouteViews {
+    fn from_iter<I: IntoIterator<Item = (String, RouteView)>>(iter: I) -> Self {
+        RouteViews {
+            views: iter.into_iter().collect(),
+        }
+    }
 }
 
 /// Fewer first tokens than this and a route's percentiles are not reported.
@@ -62,7 +102,14 @@ pub struct RouteSnapshot {
 }
 
 impl Health {
-    /// A read-only view of `name` for ranking (a fresh route's view for unknown names).
+    /// The views of `names` at `now`, for one plan: one short lock per route, in turn.
+    pub fn views<'a>(&self, names: impl IntoIterator<Item = &'a str>, now: Instant) -> RouteViews {
+        names.into_iter().map(|n| (n.to_string(), self.view(n, now))).collect()
+    }
+
+    /// What ranking reads of `name` (a fresh route's view for unknown names), read under the
+    /// route's lock: the percentiles are computed there, nothing else is copied out. Reading
+    /// rotates the route's latency window to `now`, as recording would.
     pub fn view(&self, name: &str, now: Instant) -> RouteView {
         let Some(r) = self.route(name) else {
             return RouteView::default();

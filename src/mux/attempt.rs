@@ -9,7 +9,8 @@ use tokio::time::Instant;
 
 use super::tool_calls::ToolCallAssembler;
 use crate::health::RoutePermit;
-use crate::provider::{Delta, ErrorClass, ProviderError, SharedProvider, UpstreamRequest};
+use crate::provider::{Delta, ProviderError, SharedProvider, UpstreamRequest};
+use crate::types::ErrorClass;
 use crate::types::{FinishReason, ToolCall, Usage};
 
 /// What an attempt reports to the mux.
@@ -121,7 +122,7 @@ impl Attempt {
             let now = Instant::now();
             match outcome {
                 Ok(()) => permit.success(now),
-                Err(e) => permit.failure(now, e),
+                Err(e) => permit.failure(now, e.class, e.retry_after),
             }
         }
     }

@@ -37,11 +37,11 @@ pub use seam::{Seam, SeamOut, SeamVerdict};
 use self::budget::{Budget, BudgetConfig};
 use self::cache::AnswerCache;
 use crate::config::Config;
-use crate::gateway::RequestCtx;
+use crate::health::lease::LeaseTable;
 use crate::health::Health;
 use crate::provider::SharedProvider;
-use crate::router::LeaseTable;
-use crate::router::Plan;
+use crate::types::Plan;
+use crate::types::RequestCtx;
 use crate::types::{ChatRequest, EventStream};
 
 /// Shared by every request: config, health, providers per route, the budgets, route leases
@@ -56,6 +56,8 @@ pub struct Mux {
     retry_budget: Mutex<Budget>,
     /// Per route: extra attempts it takes from failover, as a share of its first-choice load.
     blast: HashMap<String, Mutex<Budget>>,
+    /// Session → route: recorded here at commit; the gateway copies a session's entry before
+    /// planning and applies the plan's revocation after it (each one short lock).
     pub leases: Mutex<LeaseTable>,
     pub cache: Mutex<AnswerCache>,
     /// Slots for shadow requests in flight.

@@ -55,7 +55,8 @@ use tokio::time::Instant;
 use super::Mux;
 use crate::health::breaker::ProbeMode;
 use crate::health::{ProberAttached, RoutePermit};
-use crate::provider::{Delta, ErrorClass, ProviderError, SharedProvider, UpstreamRequest};
+use crate::provider::{Delta, ProviderError, SharedProvider, UpstreamRequest};
+use crate::types::ErrorClass;
 use crate::types::{ChatRequest, Message, Role};
 
 /// Background probes by route and result (`closed`: the route is back; `failed`).
@@ -161,7 +162,7 @@ async fn probe(provider: SharedProvider, permit: RoutePermit, limit: Duration) -
             tracing::info!(route = %route, "probe answered: breaker closed");
         }
         Err(err) => {
-            permit.failure(now, &err);
+            permit.failure(now, err.class, err.retry_after);
             metrics::counter!(PROBES_TOTAL, "route" => route.clone(), "result" => "failed").increment(1);
             if matches!(err.class, ErrorClass::Quota | ErrorClass::NotFound) {
                 metrics::counter!(crate::telemetry::CONFIG_ERRORS_TOTAL, "route" => route.clone(), "class" => err.metric_label())

@@ -10,7 +10,8 @@
 use std::task::Poll;
 
 use super::attempt::{Attempt, AttemptEvent};
-use crate::provider::{ErrorClass, ProviderError};
+use crate::provider::ProviderError;
+use crate::types::ErrorClass;
 
 #[derive(Default)]
 pub struct Race {

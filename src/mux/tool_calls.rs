@@ -40,7 +40,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use self::schema::{parse_object, ToolSchemas};
-use crate::provider::{ErrorClass, ToolFragment};
+use crate::provider::ToolFragment;
+use crate::types::ErrorClass;
 use crate::types::{FinishReason, ToolCall, ToolSpec};
 
 /// Cap on buffered argument, id and name bytes across one answer's calls.

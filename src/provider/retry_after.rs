@@ -23,7 +23,8 @@ pub(crate) fn retry_after_at(headers: &HeaderMap, now: SystemTime, rate_limited:
         if let Ok(secs) = value.parse::<f64>() {
             return seconds(secs);
         }
-        if let Some(at) = parse_http_date(value) {
+        // IMF-fixdate, and the obsolete RFC 850 and asctime forms recipients must accept.
+        if let Ok(at) = httpdate::parse_http_date(value) {
             return Some(at.duration_since(now).unwrap_or_default());
         }
     }
@@ -78,20 +79,6 @@ fn parse_go_duration(text: &str) -> Option<Duration> {
         rest = &rest[unit_len..];
     }
     seconds(total)
-}
-
-/// IMF-fixdate, the only HTTP-date form servers may send: `Sun, 06 Nov 1994 08:49:37 GMT`.
-fn parse_http_date(text: &str) -> Option<SystemTime> {
-    let parts: Vec<&str> = text.split_whitespace().collect();
-    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = MONTHS.iter().position(|m| m == month)? as u32 + 1;
-    let (h, m, s) = parse_hms(time)?;
-    to_system_time(year.parse().ok()?, month, day.parse().ok()?, h, m, s, 0)
 }
 
 /// RFC 3339 as Anthropic sends it: `2025-08-21T12:40:59Z`, with optional fraction and offset.
@@ -161,6 +148,12 @@ mod tests {
         let now = UNIX_EPOCH + Duration::from_secs(784_111_767); // Sun, 06 Nov 1994 08:49:27 GMT
         let h = headers(&[("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")]);
         assert_eq!(retry_after_at(&h, now, true), Some(Duration::from_secs(10)));
+        let rfc850 = headers(&[("retry-after", "Sunday, 06-Nov-94 08:49:37 GMT")]);
+        assert_eq!(
+            retry_after_at(&rfc850, now, true),
+            Some(Duration::from_secs(10)),
+            "the obsolete RFC 850 form is accepted too"
+        );
         let past = headers(&[("retry-after", "Sun, 06 Nov 1994 08:00:00 GMT")]);
         assert_eq!(
             retry_after_at(&past, now, true),

@@ -6,48 +6,13 @@
 use serde::Serialize;
 
 use super::requirements::Requirements;
-use super::tokens::{Counter, PromptSize};
+use super::tokens::{Counter, PromptSize, PromptTokens};
 use crate::config::{floor_for, Config, RouteConfig, Wire};
-use crate::gateway::Priority;
-use crate::types::{ChatRequest, ResponseFormat};
+use crate::types::{ChatRequest, ExclusionCode, Priority, ResponseFormat};
 
 /// Output tokens reserved in the window when the client sets no `max_tokens` on a route
 /// whose wire format does not require one: room for at least a short answer.
 pub const DEFAULT_OUTPUT_RESERVE: u32 = 256;
-
-/// Why a route was excluded, as a stable code for metrics and tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExclusionCode {
-    /// Not in the region the request or its tenant requires.
-    Region,
-    /// Lacks a data term the request or its tenant requires (e.g. `no_retention`).
-    DataTerms,
-    /// Does not serve the request's priority tier.
-    Pool,
-    /// Lacks tools, vision or native JSON schema output.
-    Capability,
-    /// The client's `max_tokens` exceeds what the route can produce.
-    MaxOutput,
-    /// Prompt plus reserved output exceed the context window.
-    ContextLength,
-    /// Below the quality floor for the request's task.
-    QualityFloor,
-}
-
-impl ExclusionCode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExclusionCode::Region => "region",
-            ExclusionCode::DataTerms => "data_terms",
-            ExclusionCode::Pool => "pool",
-            ExclusionCode::Capability => "capability",
-            ExclusionCode::MaxOutput => "max_output",
-            ExclusionCode::ContextLength => "context_length",
-            ExclusionCode::QualityFloor => "quality_floor",
-        }
-    }
-}
 
 /// One reason a route cannot serve a request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -62,24 +27,71 @@ impl Ineligible {
     }
 }
 
-/// Eligibility of routes for one request: the prompt is measured once and shared.
+/// Measures `req`'s prompt for every route of its model, as the context check will ask:
+/// the one costly step of planning (tokenizing), done before it and outside any lock.
+pub fn count_prompt(config: &Config, req: &ChatRequest) -> PromptTokens {
+    let names = config
+        .models
+        .get(&req.model)
+        .map(|m| m.routes.as_slice())
+        .unwrap_or_default();
+    PromptSize::new(req).count(
+        names
+            .iter()
+            .filter_map(|n| config.route(n))
+            .map(|r| (Counter::for_route(r), Window::of(r, req).budget)),
+    )
+}
+
+/// A route's context window as one request may fill it.
+struct Window {
+    /// Output tokens kept free for the answer.
+    reserve: u32,
+    window: u64,
+    /// Prompt tokens that fit: the window minus the reserve.
+    budget: u64,
+}
+
+impl Window {
+    fn of(route: &RouteConfig, req: &ChatRequest) -> Window {
+        let reserve = match (req.max_tokens, route.wire) {
+            (Some(m), _) => m,
+            (None, Wire::Anthropic) => crate::provider::anthropic::DEFAULT_MAX_TOKENS,
+            (None, Wire::OpenAi) => DEFAULT_OUTPUT_RESERVE,
+        }
+        .min(route.max_output);
+        let window = u64::from(route.context_window);
+        Window {
+            reserve,
+            window,
+            budget: window.saturating_sub(u64::from(reserve)),
+        }
+    }
+}
+
+/// Eligibility of routes for one request, over its prompt measured once before planning.
 pub struct Eligibility<'a> {
     req: &'a ChatRequest,
     needs: &'a Requirements,
-    prompt: PromptSize<'a>,
+    prompt: PromptTokens,
     /// The task the quality floor applies to.
     pub task: String,
     pub floor: Option<f64>,
 }
 
 impl<'a> Eligibility<'a> {
+    /// Counts the prompt itself (see [`count_prompt`]); planning passes its count in instead.
     pub fn new(config: &Config, req: &'a ChatRequest, needs: &'a Requirements) -> Self {
+        Self::with_prompt(config, req, needs, count_prompt(config, req))
+    }
+
+    pub fn with_prompt(config: &Config, req: &'a ChatRequest, needs: &'a Requirements, prompt: PromptTokens) -> Self {
         let task = needs.task_for(config, &req.model);
         let floor = needs.floor_for(config, &req.model, &task);
         Eligibility {
             req,
             needs,
-            prompt: PromptSize::new(req),
+            prompt,
             task,
             floor,
         }
@@ -169,16 +181,12 @@ impl<'a> Eligibility<'a> {
                 format!("max_tokens {asked} exceeds the route's max output {}", route.max_output),
             ));
         }
-        let reserve = match (self.req.max_tokens, route.wire) {
-            (Some(m), _) => m,
-            (None, Wire::Anthropic) => crate::provider::anthropic::DEFAULT_MAX_TOKENS,
-            (None, Wire::OpenAi) => DEFAULT_OUTPUT_RESERVE,
-        }
-        .min(route.max_output);
-        let window = u64::from(route.context_window);
-        let budget = window.saturating_sub(u64::from(reserve));
-        let counter = Counter::for_route(route);
-        let (prompt, how) = self.prompt.measure(counter, budget);
+        let Window {
+            reserve,
+            window,
+            budget,
+        } = Window::of(route, self.req);
+        let (prompt, how) = self.prompt.measure(Counter::for_route(route), budget);
         if prompt > budget {
             out.push(Ineligible::new(
                 ExclusionCode::ContextLength,

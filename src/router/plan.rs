@@ -1,78 +1,31 @@
-//! The plan for one request: eligible routes in preference order with the reason for each
-//! position, every exclusion with its reasons, and what happened to the session's lease.
+//! The planner: one pure function from a [`Snapshot`] (config, route health, the session's
+//! lease, `now`) and a request to a [`Plan`]: eligible routes in preference order with the
+//! reason for each position, every exclusion with its reasons, and what should happen to the
+//! session's lease. It reads nothing else, locks nothing and changes nothing; `plan` and
+//! `plan_with` take the snapshot themselves, for tests and tools.
 
-use std::time::Duration;
-
-use serde::Serialize;
 use tokio::time::Instant;
 
-use super::eligibility::{self, Eligibility, ExclusionCode};
-use super::lease::{LeaseCandidate, LeaseTable};
-use super::ranking::{self, RouteStatus, ScoreBreakdown};
+use super::eligibility::{self, count_prompt, Eligibility};
+use super::ranking;
 use super::requirements::Requirements;
+use super::tokens::PromptTokens;
 use crate::config::Config;
-use crate::gateway::RequestCtx;
-use crate::health::Health;
-use crate::types::{ChatRequest, LeaseInfo, Level};
+use crate::health::lease::{self, LeaseCandidate, LeaseEntry, LeaseTable};
+use crate::health::{Health, RouteViews};
+use crate::types::{Candidate, CandidateScore, ChatRequest, Exclusion, Plan, RequestCtx};
 
-#[derive(Debug, Clone, Serialize)]
-pub struct Plan {
-    pub model: String,
-    /// The task type the quality floor was checked for.
-    pub task: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quality_floor: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    /// In preference order: available routes by rung, lease and score; then routes that are
-    /// cooling or behind an open breaker (tried only if they recover in time).
-    pub candidates: Vec<Candidate>,
-    /// Why each candidate sits where it does, in the same order as `candidates`.
-    pub ranking: Vec<CandidateScore>,
-    pub excluded: Vec<Exclusion>,
-    /// The session's lease as planning found it: `kept` (its route leads its rung) or
-    /// `revoked` with a reason. `None` without a session or lease.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lease: Option<LeaseInfo>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Candidate {
-    pub route: String,
-    pub level: Level,
-}
-
-/// One candidate's position explained, and the least deadline worth starting it with.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CandidateScore {
-    pub route: String,
-    /// Do not start an attempt here with less deadline left than this: the route's
-    /// `min_useful_ms`, else its live p50 TTFT; `None` when neither is known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_useful_ms: Option<u64>,
-    pub score: ScoreBreakdown,
-}
-
-impl Plan {
-    /// The least remaining deadline worth starting an attempt on `route` with.
-    pub fn min_useful(&self, route: &str) -> Option<Duration> {
-        self.score(route)
-            .and_then(|s| s.min_useful_ms)
-            .map(Duration::from_millis)
-    }
-
-    pub fn score(&self, route: &str) -> Option<&CandidateScore> {
-        self.ranking.iter().find(|s| s.route == route)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Exclusion {
-    pub route: String,
-    /// Every reason, joined for people.
-    pub reason: String,
-    /// Every reason's code, for metrics and tests.
-    pub codes: Vec<ExclusionCode>,
+/// Everything planning reads of the world, taken before it starts so that no lock is held
+/// while it runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    pub config: &'a Config,
+    /// The views of the model's routes (`Health::views`).
+    pub health: &'a RouteViews,
+    /// The session's lease as the table held it (`LeaseTable::get`); `None` without a
+    /// session, a lease, or with leases off.
+    pub lease: Option<&'a LeaseEntry>,
+    pub now: Instant,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -89,7 +42,7 @@ impl RouteError {
     }
 }
 
-/// A session's lease to resolve while planning.
+/// A session's lease to resolve while planning ([`plan_with`] only).
 pub struct LeaseLookup<'a> {
     pub table: &'a mut LeaseTable,
     pub session: &'a str,
@@ -107,8 +60,9 @@ pub fn plan(
     plan_with(config, health, req, &Requirements::from_ctx(ctx), None, now)
 }
 
-/// Plans `req` under `needs`, resolving the session's lease when one is given: filter (never a
-/// forbidden route, whatever health says), then rank.
+/// Takes the snapshot, plans `req` under `needs` with [`plan_over`], and applies the lease
+/// update to the given table at once: the request path's steps in one call, for tests and
+/// tools. The gateway does them apart, so that it holds no lock while planning.
 pub fn plan_with(
     config: &Config,
     health: &Health,
@@ -117,19 +71,50 @@ pub fn plan_with(
     lease: Option<LeaseLookup<'_>>,
     now: Instant,
 ) -> Result<Plan, RouteError> {
-    let names = config
+    let prompt = count_prompt(config, req);
+    let views = health.views(model_routes(config, req).iter().map(String::as_str), now);
+    let entry = lease.as_ref().and_then(|l| l.table.get(l.session));
+    let snapshot = Snapshot {
+        config,
+        health: &views,
+        lease: entry.as_ref(),
+        now,
+    };
+    let planned = plan_over(&snapshot, req, needs, &prompt);
+    if let (Some(LeaseLookup { table, session }), Ok(plan)) = (lease, &planned) {
+        table.apply(session, &plan.lease_update);
+    }
+    planned
+}
+
+/// The routes behind `req`'s model, in config order (empty for an unknown model).
+pub fn model_routes<'a>(config: &'a Config, req: &ChatRequest) -> &'a [String] {
+    config
         .models
         .get(&req.model)
         .map(|m| m.routes.as_slice())
-        .unwrap_or_default();
-    let check = Eligibility::new(config, req, needs);
+        .unwrap_or_default()
+}
+
+/// Plans `req` under `needs` over `snapshot`, with its prompt measured beforehand
+/// ([`count_prompt`]): filter (never a forbidden route, whatever health says), decide the
+/// lease, rank. Pure: the same arguments give the same plan, and nothing is written; the
+/// lease decision comes back as `Plan::lease_update` for the table's owner to apply.
+pub fn plan_over(
+    snapshot: &Snapshot<'_>,
+    req: &ChatRequest,
+    needs: &Requirements,
+    prompt: &PromptTokens,
+) -> Result<Plan, RouteError> {
+    let config = snapshot.config;
+    let check = Eligibility::with_prompt(config, req, needs, *prompt);
     let mut excluded = Vec::new();
     let mut eligible = Vec::new();
-    for name in names {
+    for name in model_routes(config, req) {
         let Some(route) = config.route(name) else { continue };
         let reasons = check.check(route);
         if reasons.is_empty() {
-            eligible.push((route, health.view(name, now)));
+            eligible.push((route, snapshot.health.get(name)));
         } else {
             excluded.push(Exclusion {
                 route: name.clone(),
@@ -138,24 +123,19 @@ pub fn plan_with(
             });
         }
     }
-    let (preferred, lease_info) = match lease {
-        Some(LeaseLookup { table, session }) => {
-            let seen: Vec<LeaseCandidate<'_>> = eligible
-                .iter()
-                .map(|(r, v)| LeaseCandidate {
-                    route: &r.name,
-                    level: r.level,
-                    status: RouteStatus::of(v),
-                })
-                .collect();
-            table.resolve(session, &seen, now)
-        }
-        None => (None, None),
-    };
+    let seen: Vec<LeaseCandidate<'_>> = eligible
+        .iter()
+        .map(|(r, v)| LeaseCandidate {
+            route: &r.name,
+            level: r.level,
+            status: v.status(),
+        })
+        .collect();
+    let lease_update = lease::decide(snapshot.lease, &seen, snapshot.now);
     if eligible.is_empty() {
         return Err(RouteError::NoneEligible(excluded));
     }
-    let ranked = ranking::rank(eligible, preferred.as_deref(), &config.ranking);
+    let ranked = ranking::rank(eligible, lease_update.preferred(), &config.ranking);
     let candidates = ranked
         .iter()
         .map(|r| Candidate {
@@ -179,19 +159,21 @@ pub fn plan_with(
         candidates,
         ranking,
         excluded,
-        lease: lease_info,
+        lease: lease_update.info(),
+        lease_update,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use super::*;
     use crate::config::LeaseConfig;
-    use crate::gateway::{Dialect, Priority};
-    use crate::provider::{ErrorClass, ProviderError};
+    use crate::provider::ProviderError;
     use crate::router::testkit::{config, request};
+    use crate::types::{Dialect, ErrorClass, ExclusionCode, Priority, RouteStatus};
 
     fn routes(plan: &Plan) -> Vec<&str> {
         plan.candidates.iter().map(|c| c.route.as_str()).collect()
@@ -299,7 +281,7 @@ mod tests {
             .expect("fresh route admits");
         let mut err = ProviderError::new(ErrorClass::RateLimited, "slow down");
         err.retry_after = Some(Duration::from_secs(2));
-        permit.failure(now, &err);
+        permit.failure(now, err.class, err.retry_after);
         let plan = plan(&cfg, &health, &request("hi"), &RequestCtx::new(Dialect::Native), now).expect("plan");
         assert_eq!(routes(&plan).last(), Some(&"eu-a"), "cooling after a 429: tried last");
         assert_eq!(plan.ranking.last().map(|c| c.score.status), Some(RouteStatus::Cooling));

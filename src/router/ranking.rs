@@ -10,68 +10,12 @@
 //! only from `MIN_ERROR_VOLUME` attempts in the window on (one failure in one attempt is not a
 //! 100% error rate worth reordering for; the breaker handles bursts). Ties keep config order.
 
-use serde::Serialize;
-
 use crate::config::{RankingConfig, RouteConfig};
 use crate::health::RouteView;
-use crate::types::Level;
+use crate::types::{RouteStatus, ScoreBreakdown};
 
 /// Attempts in the window before a route's error rate enters its score.
 pub const MIN_ERROR_VOLUME: u64 = 10;
-
-/// Can the route take traffic now?
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RouteStatus {
-    Available,
-    BreakerOpen,
-    Cooling,
-}
-
-impl RouteStatus {
-    pub fn of(view: &RouteView) -> RouteStatus {
-        if view.breaker_open {
-            RouteStatus::BreakerOpen
-        } else if view.cooling {
-            RouteStatus::Cooling
-        } else {
-            RouteStatus::Available
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RouteStatus::Available => "available",
-            RouteStatus::BreakerOpen => "breaker_open",
-            RouteStatus::Cooling => "cooling",
-        }
-    }
-}
-
-/// Why a candidate sits where it does in the plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ScoreBreakdown {
-    pub status: RouteStatus,
-    pub level: Level,
-    /// The session's lease points at this route (first within its rung).
-    pub leased: bool,
-    /// Live p95 TTFT; `None` when the window has too few samples.
-    pub ttft_p95_ms: Option<f64>,
-    /// The p95 the latency term used: the live one, or the plan's neutral mean.
-    pub ttft_used_ms: f64,
-    pub latency: f64,
-    pub error_rate: f64,
-    /// Attempts behind `error_rate`; below `MIN_ERROR_VOLUME` the error term is 0.
-    pub error_volume: u64,
-    pub errors: f64,
-    pub cost_per_1k: f64,
-    pub cost: f64,
-    /// Lower is better.
-    pub total: f64,
-    /// For routes that are not available: when they may take traffic again.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub recovers_in_ms: Option<u64>,
-}
 
 /// An eligible route with its health, in the order ranking decided.
 #[derive(Debug, Clone)]
@@ -97,7 +41,7 @@ pub fn rank<'a>(
     let mut ranked: Vec<Ranked<'a>> = eligible
         .into_iter()
         .map(|(route, view)| {
-            let status = RouteStatus::of(&view);
+            let status = view.status();
             let p95 = view.ttft_p95.map(ms);
             let used = p95.unwrap_or(neutral_ms);
             let latency = w.latency_weight * used / 1000.0;

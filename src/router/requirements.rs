@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::{floor_for, Config, TenantConfig};
-use crate::gateway::{Priority, RequestCtx};
+use crate::types::{Priority, RequestCtx};
 
 /// The task type assumed when nothing names one.
 pub const DEFAULT_TASK: &str = "chat";
@@ -115,7 +115,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::gateway::Dialect;
+    use crate::types::Dialect;
     use crate::types::ResponseType;
 
     fn tenant() -> TenantConfig {

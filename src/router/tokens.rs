@@ -9,8 +9,12 @@
 //! byte count (plus overhead) fits the window fits without tokenizing; and no tokenizer here
 //! averages more than eight bytes a token on real text, so a prompt over eight bytes per token
 //! of the window is too long without tokenizing either. Only the band between is tokenized,
-//! once per tokenizer per plan, in chunks of at most 1 KiB cut before whitespace (where
+//! once per tokenizer per request, in chunks of at most 1 KiB cut before whitespace (where
 //! tiktoken's own pieces start) so a pathological run of letters costs linear time.
+//!
+//! Counting happens before planning, outside any lock: [`PromptSize::count`] measures for
+//! every (tokenizer, budget) the plan will ask about and returns [`PromptTokens`], plain
+//! figures the planner reads without tokenizing.
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -120,6 +124,17 @@ pub struct PromptSize<'a> {
     cl100k: OnceCell<u64>,
 }
 
+/// A prompt's size as planning reads it: its bytes, its fixed overhead and the exact count for
+/// each tokenizer a route needed one for. Measured by [`PromptSize::count`]; `Copy`, so the
+/// planner holds figures, not text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptTokens {
+    bytes: u64,
+    overhead: u64,
+    o200k: Option<u64>,
+    cl100k: Option<u64>,
+}
+
 impl<'a> PromptSize<'a> {
     pub fn new(req: &'a ChatRequest) -> Self {
         let mut pieces: Vec<Cow<'a, str>> = Vec::new();
@@ -165,24 +180,71 @@ impl<'a> PromptSize<'a> {
     /// The prompt's tokens with `counter`, measured only as precisely as deciding against
     /// `budget` (window minus reserved output) needs.
     pub fn measure(&self, counter: Counter, budget: u64) -> (u64, Method) {
-        let Some(bpe) = counter.bpe() else {
-            let estimate = (self.bytes.div_ceil(4) as f64 * (1.0 + ESTIMATE_MARGIN)).ceil() as u64;
-            return (estimate + self.overhead, Method::Estimated);
-        };
-        let upper = self.bytes + self.overhead;
-        if upper <= budget {
-            return (upper, Method::UpperBound);
+        measure(self.bytes, self.overhead, counter, budget, || {
+            let bpe = counter.bpe()?;
+            let cell = match counter {
+                Counter::O200k => &self.o200k,
+                _ => &self.cl100k,
+            };
+            Some(*cell.get_or_init(|| self.pieces.iter().map(|p| count_chunked(bpe, p)).sum()))
+        })
+    }
+
+    /// Measures against every `(counter, budget)` a plan will ask about (tokenizing only where
+    /// a budget falls between the bounds) and keeps the figures.
+    pub fn count(&self, asks: impl IntoIterator<Item = (Counter, u64)>) -> PromptTokens {
+        for (counter, budget) in asks {
+            self.measure(counter, budget);
         }
-        let lower = self.bytes / MAX_BYTES_PER_TOKEN + self.overhead;
-        if lower > budget {
-            return (lower, Method::LowerBound);
+        PromptTokens {
+            bytes: self.bytes,
+            overhead: self.overhead,
+            o200k: self.o200k.get().copied(),
+            cl100k: self.cl100k.get().copied(),
         }
-        let cell = match counter {
-            Counter::O200k => &self.o200k,
-            _ => &self.cl100k,
+    }
+}
+
+impl PromptTokens {
+    /// As [`PromptSize::measure`], from the figures alone. A budget nobody asked
+    /// [`PromptSize::count`] about that needs an exact count gets the estimate, and says so.
+    pub fn measure(&self, counter: Counter, budget: u64) -> (u64, Method) {
+        let counted = match counter {
+            Counter::O200k => self.o200k,
+            Counter::Cl100k => self.cl100k,
+            Counter::Estimate => None,
         };
-        let text_tokens = *cell.get_or_init(|| self.pieces.iter().map(|p| count_chunked(bpe, p)).sum());
-        (text_tokens + self.overhead, Method::Counted(counter))
+        measure(self.bytes, self.overhead, counter, budget, || counted)
+    }
+}
+
+/// The bounds first, then `count` (the text's tokens with the counter's tokenizer) only when
+/// the budget falls between them; the estimate for `Counter::Estimate` or without a count.
+fn measure(
+    bytes: u64,
+    overhead: u64,
+    counter: Counter,
+    budget: u64,
+    count: impl FnOnce() -> Option<u64>,
+) -> (u64, Method) {
+    let estimate = || {
+        let tokens = (bytes.div_ceil(4) as f64 * (1.0 + ESTIMATE_MARGIN)).ceil() as u64;
+        (tokens + overhead, Method::Estimated)
+    };
+    if counter == Counter::Estimate {
+        return estimate();
+    }
+    let upper = bytes + overhead;
+    if upper <= budget {
+        return (upper, Method::UpperBound);
+    }
+    let lower = bytes / MAX_BYTES_PER_TOKEN + overhead;
+    if lower > budget {
+        return (lower, Method::LowerBound);
+    }
+    match count() {
+        Some(text_tokens) => (text_tokens + overhead, Method::Counted(counter)),
+        None => estimate(),
     }
 }
 

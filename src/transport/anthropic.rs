@@ -19,9 +19,9 @@ use super::chat::serve_chat;
 use super::error::{insert, ErrorReply};
 use super::events::{await_commit, drain};
 use super::sse_out::{encoded, envelope_headers, json_response, sse_response};
-use crate::gateway::{Dialect, RequestCtx};
-use crate::server::AppState;
+use crate::transport::AppState;
 use crate::types::EventStream;
+use crate::types::{Dialect, RequestCtx};
 
 /// How a committed Anthropic answer is to be sent.
 #[derive(Debug, Clone)]

@@ -8,9 +8,9 @@ use axum::response::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::error::ErrorReply;
-use crate::gateway::{Dialect, RequestCtx};
-use crate::server::AppState;
+use crate::transport::AppState;
 use crate::types::{ChatRequest, EventStream};
+use crate::types::{Dialect, RequestCtx};
 
 /// Builds the `RequestCtx` from the headers, takes a stream permit (none left → busy),
 /// runs `prepare` (decode the request, adjust the context, and say how the answer is to

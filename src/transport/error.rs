@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::gateway::GatewayError;
-use crate::provider::ErrorClass;
+use crate::types::ErrorClass;
 use crate::types::{Envelope, ErrorEvent};
 
 /// A request body the dialect could not turn into a `ChatRequest`. Always a 400.

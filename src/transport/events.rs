@@ -76,7 +76,7 @@ pub async fn drain(start: Envelope, mut events: EventStream) -> Result<Answer, E
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::ErrorClass;
+    use crate::types::ErrorClass;
     use crate::types::ErrorEvent;
     use futures::stream;
 

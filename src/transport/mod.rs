@@ -30,12 +30,13 @@ pub mod native_sse;
 pub mod openai;
 pub mod ops;
 pub mod sse_out;
+mod state;
 pub mod ws;
 
 use axum::routing::{any, get, post};
 use axum::Router;
 
-use crate::server::AppState;
+pub use state::AppState;
 
 /// The chat endpoints of every dialect.
 pub fn routes() -> Router<AppState> {

@@ -6,7 +6,8 @@
 use serde::Serialize;
 
 use super::error::{DecodeError, ErrorReply};
-use crate::gateway::{GatewayError, RequestCtx};
+use crate::gateway::GatewayError;
+use crate::types::RequestCtx;
 use crate::types::{Envelope, ErrorEvent, FinishReason, Level, ResponseType, StreamEvent, ToolCall, Usage};
 
 /// One server-to-client message, tagged by `type`, carrying the request's `id`.
@@ -174,8 +175,8 @@ impl ChatOptions {
         }
         if let Some(p) = &self.priority {
             ctx.priority = match p.to_ascii_lowercase().as_str() {
-                "interactive" => crate::gateway::Priority::Interactive,
-                "batch" => crate::gateway::Priority::Batch,
+                "interactive" => crate::types::Priority::Interactive,
+                "batch" => crate::types::Priority::Batch,
                 _ => {
                     return Err(DecodeError::new(
                         "options.priority",
@@ -197,8 +198,8 @@ impl ChatOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::{Dialect, Priority};
-    use crate::provider::ErrorClass;
+    use crate::types::ErrorClass;
+    use crate::types::{Dialect, Priority};
     use serde_json::json;
 
     fn to_value(m: &ServerMessage) -> serde_json::Value {

@@ -20,9 +20,9 @@ use super::openai::{decode_request, decode_value};
 use super::sse_out::{
     encoded, envelope_headers, event_frame, json_response, sse_response, Flow, FrameEncoder, PING_COMMENT,
 };
-use crate::gateway::{Dialect, RequestCtx};
-use crate::server::AppState;
+use crate::transport::AppState;
 use crate::types::{ChatRequest, EventStream, StreamEvent};
+use crate::types::{Dialect, RequestCtx};
 
 /// `GET /v1/stream` parameters: `EventSource` cannot send a body or headers, so the
 /// request and the per-request options ride in the query string.

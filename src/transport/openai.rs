@@ -20,9 +20,10 @@ use super::chat::serve_chat;
 use super::error::ErrorReply;
 use super::events::{await_commit, drain};
 use super::sse_out::{encoded, envelope_headers, json_response, sse_response, to_json, PING_COMMENT};
-use crate::gateway::{Dialect, ModelInfo, RequestCtx};
-use crate::server::AppState;
+use crate::gateway::ModelInfo;
+use crate::transport::AppState;
 use crate::types::EventStream;
+use crate::types::{Dialect, RequestCtx};
 
 /// How a committed OpenAI answer is to be sent.
 #[derive(Debug, Clone)]
@@ -127,7 +128,7 @@ fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::ErrorClass;
+    use crate::types::ErrorClass;
     use crate::types::{Envelope, ErrorEvent, FinishReason, StreamEvent};
     use futures::stream;
     use http_body_util::BodyExt;

@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::server::AppState;
+use crate::transport::AppState;
 
 pub fn routes() -> Router<AppState> {
     Router::new()

@@ -21,8 +21,8 @@ pub use session::{Session, MAX_REQUESTS_PER_SOCKET};
 use super::error::ErrorReply;
 use super::native::ServerMessage;
 use super::sse_out::json_response;
-use crate::gateway::{Dialect, RequestCtx};
-use crate::server::AppState;
+use crate::transport::AppState;
+use crate::types::{Dialect, RequestCtx};
 
 /// How long a closing socket may take to deliver its close frame before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);

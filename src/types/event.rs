@@ -7,7 +7,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 
 use super::envelope::Envelope;
-use crate::provider::ErrorClass;
+use super::ErrorClass;
 
 /// The stream a transport pulls. Dropping it cancels every upstream attempt behind it.
 pub type EventStream = Pin<Box<dyn Stream<Item = StreamEvent> + Send>>;

@@ -1,12 +1,21 @@
 //! Provider-neutral types: what a client asked for, what the mux emits, and the envelope.
 
+mod ctx;
 mod envelope;
+mod error_class;
 mod event;
+mod plan;
 mod prefill;
 mod request;
 
+pub use ctx::{Dialect, Priority, RequestCtx};
 pub use envelope::{Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level};
+pub use error_class::{Blame, ErrorClass};
 pub use event::{ErrorEvent, EventStream, FinishReason, StreamEvent, ToolCall, Usage};
+pub use plan::{
+    Candidate, CandidateScore, Exclusion, ExclusionCode, LeaseState, LeaseUpdate, Plan, RevokeReason, RouteStatus,
+    ScoreBreakdown,
+};
 pub use prefill::{Prefill, PrefillConvention};
 pub use request::{
     ChatRequest, ContentPart, Message, ResponseFormat, ResponseType, Role, Sampling, ToolChoice, ToolSpec,

@@ -12,8 +12,10 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use parking_lot::Mutex;
 use tailcut::config;
-use tailcut::gateway::{Gateway, RequestCtx};
-use tailcut::provider::{Delta, DeltaStream, ErrorClass, Provider, ProviderError, SharedProvider, UpstreamRequest};
+use tailcut::gateway::Gateway;
+use tailcut::provider::{Delta, DeltaStream, Provider, ProviderError, SharedProvider, UpstreamRequest};
+use tailcut::types::ErrorClass;
+use tailcut::types::RequestCtx;
 use tailcut::types::{ChatRequest, FinishReason, Message, Role, StreamEvent};
 use tokio::time::Instant;
 

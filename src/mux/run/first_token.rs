@@ -254,9 +254,11 @@ impl Run {
         if self.env.route.is_none() {
             self.env.ttft_ms = Some(self.since_start(now));
         }
+        // The lease update planning returned lands here: the winner keeps, moves or starts the
+        // session's lease (a revocation was applied by the gateway right after planning).
         if let Some(session) = self.ctx.session.as_deref().filter(|_| self.mux.config.leases.enabled) {
             let recorded = self.mux.leases.lock().record(session, &winner.route, now);
-            self.env.lease = crate::router::envelope_lease(self.plan.lease.as_ref(), recorded);
+            self.env.lease = crate::health::lease::envelope_lease(self.plan.lease.as_ref(), recorded);
         }
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());

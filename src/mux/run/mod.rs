@@ -26,10 +26,11 @@ use super::seam::{Seam, SeamOut, SeamVerdict};
 use super::transcript::Transcript;
 use super::Mux;
 use crate::config::{MidStreamPolicy, RouteConfig};
-use crate::gateway::RequestCtx;
-use crate::provider::{ErrorClass, ProviderError, UpstreamRequest};
-use crate::router::Plan;
+use crate::provider::{ProviderError, UpstreamRequest};
 use crate::telemetry as t;
+use crate::types::ErrorClass;
+use crate::types::Plan;
+use crate::types::RequestCtx;
 use crate::types::{
     ChatRequest, Envelope, ErrorEvent, EventStream, FailedAttempt, FinishReason, HedgeInfo, Level, ResponseType,
     StreamEvent, Usage,

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::health::Unavailable;
 use crate::mux::budget::Refusal;
-use crate::router::Candidate;
+use crate::types::Candidate;
 use crate::types::Level;
 
 /// What has happened to one candidate within this request.

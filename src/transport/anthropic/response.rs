@@ -5,10 +5,10 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::provider::ErrorClass;
 use crate::transport::error::ErrorReply;
 use crate::transport::events::{served_model, Answer};
 use crate::transport::sse_out::{event_frame, to_json, Flow, FrameEncoder};
+use crate::types::ErrorClass;
 use crate::types::{Envelope, FinishReason, StreamEvent, ToolCall, Usage};
 
 /// `msg_…` from the request id.

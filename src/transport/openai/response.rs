@@ -4,10 +4,10 @@
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::provider::ErrorClass;
 use crate::transport::error::ErrorReply;
 use crate::transport::events::{served_model, Answer};
 use crate::transport::sse_out::{data_frame, Flow, FrameEncoder, DONE_FRAME};
+use crate::types::ErrorClass;
 use crate::types::{Envelope, FinishReason, StreamEvent, ToolCall, Usage};
 
 /// `chatcmpl-…` from the request id, so logs and responses correlate.

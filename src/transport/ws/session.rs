@@ -18,11 +18,12 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
 use super::protocol::{self, ClientMessage};
 use super::streams::RequestStreams;
-use crate::gateway::{Dialect, GatewayError, RequestCtx};
+use crate::gateway::GatewayError;
 use crate::transport::error::ErrorReply;
 use crate::transport::native::{ChatOptions, ServerMessage};
 use crate::transport::openai::decode_value;
 use crate::types::{ChatRequest, EventStream, StreamEvent};
+use crate::types::{Dialect, RequestCtx};
 
 /// Concurrent requests one socket may have open.
 pub const MAX_REQUESTS_PER_SOCKET: usize = 32;

@@ -1,4 +1,4 @@
-//! `tailcut bench hedge`: the same workload with hedging off and on, in one run, over two
+//! `tailcut-bench hedge`: the same workload with hedging off and on, in one run, over two
 //! simulated routes (`spiky` by default: lognormal TTFT median 550 ms, sigma 0.65, plus 2% stalls
 //! of 3-12 s). Prints TTFT percentiles for both, the extra upstream requests, and the loser
 //! cancel latency measured by the simulated upstream (winner's first token -> loser's close);
@@ -14,9 +14,9 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::config;
-use crate::server;
-use crate::sim::SimRecord;
+use tailcut::config;
+use tailcut::server;
+use tailcut::sim::SimRecord;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct HedgeArgs {
@@ -102,7 +102,7 @@ pub async fn hedge(args: HedgeArgs) -> Result<(), String> {
     let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
     std::fs::write(&json_path, text).map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
     let svg_path = args.out.join(format!("hedge-{}-ttft-cdf.svg", args.scenario));
-    super::plot::ttft_cdf(&svg_path, &args.scenario, &off.ttft_sorted, &on.ttft_sorted)?;
+    crate::plot::ttft_cdf(&svg_path, &args.scenario, &off.ttft_sorted, &on.ttft_sorted)?;
     println!("wrote {} and {}", json_path.display(), svg_path.display());
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `tailcut bench overhead`: what the gateway itself costs, each figure against a baseline
+//! `tailcut-bench overhead`: what the gateway itself costs, each figure against a baseline
 //! measured in the same run on the same simulated upstream: added TTFT (straight to the
 //! simulated upstream vs through tailcut, alternating in batches so drift hits both), memory
 //! per open SSE stream (through tailcut minus straight to the simulated upstream) and per
@@ -23,9 +23,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use super::process::{open_files_limit, rss_growth};
-use crate::config;
-use crate::server::{self, Running};
+use tailcut::config;
+use tailcut::server::{self, Running};
+
+use crate::process::{open_files_limit, rss_growth};
 
 /// Sockets opened at once while filling up the memory phases.
 const OPENING: usize = 64;
@@ -364,7 +365,7 @@ async fn bare_ws_server(buffer: usize) -> Result<(std::net::SocketAddr, tokio::t
 }
 
 /// Waits (at most 10 s) until the simulated upstream saw every held stream close.
-async fn settle_sim(sim: &crate::sim::SimHandle) {
+async fn settle_sim(sim: &tailcut::sim::SimHandle) {
     let until = Instant::now() + Duration::from_secs(10);
     while Instant::now() < until && sim.log().iter().any(|r| r.end.is_none()) {
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,39 +1,39 @@
-//! Route leases: a session keeps the route that last served it, for a TTL after its last
-//! served request, while that route stays healthy, eligible and on the best available rung.
-//! Pure state that takes `now`; bounded, forgetting the least recently served session first.
+//! Route leases: the table of session → route that the mux writes at commit and the gateway
+//! copies one entry of before planning, and the pure rule for whether a lease stands.
 //!
-//! The router `resolve`s a session's lease while planning (kept, or revoked with a reason
-//! code); the mux `record`s the route that served at commit (kept, or a new lease).
+//! A session keeps the route that last served it, for a TTL after its last served request,
+//! while that route stays healthy, eligible and on the best available rung. The table is
+//! bounded, forgetting the least recently served session first, and takes `now`.
+//!
+//! Planning never writes here: [`decide`] turns a copied [`LeaseEntry`] and the plan's
+//! eligible routes into a [`LeaseUpdate`]; the gateway [`apply`](LeaseTable::apply)s a
+//! revocation right after planning, and the mux [`record`](LeaseTable::record)s the route
+//! that served at commit (kept, or a new lease).
 
 use std::collections::{BTreeMap, HashMap};
 
 use tokio::time::Instant;
 
-use super::ranking::RouteStatus;
 use crate::config::LeaseConfig;
-use crate::types::{LeaseInfo, Level};
+use crate::types::{LeaseInfo, LeaseState, LeaseUpdate, Level, RevokeReason, RouteStatus};
 
 /// Reason codes carried in `LeaseInfo::reason`.
 pub mod reason {
-    /// The leased route's breaker is open.
-    pub const BREAKER_OPEN: &str = "breaker_open";
-    /// The leased route is cooling after a rate limit.
-    pub const COOLING: &str = "cooling";
-    /// The leased route is not eligible for this request (region, terms, capability, size,
-    /// quality floor, or no longer behind the model: a policy change).
-    pub const INELIGIBLE: &str = "ineligible";
-    /// The session was idle for longer than the TTL.
-    pub const EXPIRED: &str = "expired";
-    /// A route on a better rung of the ladder is available again.
-    pub const HIGHER_RUNG: &str = "higher_rung_available";
+    use crate::types::RevokeReason;
+
+    pub const BREAKER_OPEN: &str = RevokeReason::BreakerOpen.as_str();
+    pub const COOLING: &str = RevokeReason::Cooling.as_str();
+    pub const INELIGIBLE: &str = RevokeReason::Ineligible.as_str();
+    pub const EXPIRED: &str = RevokeReason::Expired.as_str();
+    pub const HIGHER_RUNG: &str = RevokeReason::HigherRung.as_str();
     /// Another route served although the lease was kept (the leased route failed).
     pub const FAILOVER: &str = "failover";
 }
 
 /// `LeaseInfo::state` values.
-pub const KEPT: &str = "kept";
-pub const NEW: &str = "new";
-pub const REVOKED: &str = "revoked";
+pub const KEPT: &str = LeaseState::Kept.as_str();
+pub const NEW: &str = LeaseState::New.as_str();
+pub const REVOKED: &str = LeaseState::Revoked.as_str();
 
 /// Longer session ids are not leased (they would let one client pin large keys in memory).
 pub const MAX_SESSION_BYTES: usize = 256;
@@ -44,6 +44,15 @@ pub struct LeaseCandidate<'a> {
     pub route: &'a str,
     pub level: Level,
     pub status: RouteStatus,
+}
+
+/// One session's lease, copied out of the table for planning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseEntry {
+    pub route: String,
+    pub expires: Instant,
+    /// Which recording of the lease this is (the table's counter when it was last served).
+    pub generation: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -73,6 +82,36 @@ fn info(route: &str, state: &str, why: Option<&str>) -> LeaseInfo {
     }
 }
 
+/// Does `lease` stand for a request whose eligible routes are `eligible`? Kept, or revoked
+/// with a reason; `LeaseUpdate::None` without a lease. Pure: reads only its arguments.
+pub fn decide(lease: Option<&LeaseEntry>, eligible: &[LeaseCandidate<'_>], now: Instant) -> LeaseUpdate {
+    let Some(lease) = lease else {
+        return LeaseUpdate::None;
+    };
+    let route = &lease.route;
+    let why = if lease.expires <= now {
+        Some(RevokeReason::Expired)
+    } else {
+        match eligible.iter().find(|c| c.route == route) {
+            None => Some(RevokeReason::Ineligible),
+            Some(c) if c.status == RouteStatus::BreakerOpen => Some(RevokeReason::BreakerOpen),
+            Some(c) if c.status == RouteStatus::Cooling => Some(RevokeReason::Cooling),
+            Some(c) => eligible
+                .iter()
+                .any(|o| o.status == RouteStatus::Available && o.level < c.level)
+                .then_some(RevokeReason::HigherRung),
+        }
+    };
+    match why {
+        None => LeaseUpdate::Keep { route: route.clone() },
+        Some(reason) => LeaseUpdate::Revoke {
+            route: route.clone(),
+            reason,
+            generation: lease.generation,
+        },
+    }
+}
+
 impl LeaseTable {
     pub fn new(cfg: &LeaseConfig) -> Self {
         LeaseTable {
@@ -92,39 +131,42 @@ impl LeaseTable {
         self.leases.is_empty()
     }
 
-    /// The route `session` should prefer now, and what happened to its lease: `kept`, or
-    /// `revoked` with a reason (the lease is then forgotten). `(None, None)` when the session
-    /// has no lease.
+    /// A copy of `session`'s lease, expired or not (planning judges expiry).
+    pub fn get(&self, session: &str) -> Option<LeaseEntry> {
+        self.leases.get(session).map(|l| LeaseEntry {
+            route: l.route.clone(),
+            expires: l.expires,
+            generation: l.tick,
+        })
+    }
+
+    /// Applies what planning decided: a revocation forgets the lease, unless the session was
+    /// served again since the entry planning saw. `Keep` and `None` change nothing (the
+    /// commit's [`record`](Self::record) refreshes a kept lease).
+    pub fn apply(&mut self, session: &str, update: &LeaseUpdate) {
+        if let LeaseUpdate::Revoke { route, generation, .. } = update {
+            let same = self
+                .leases
+                .get(session)
+                .is_some_and(|l| l.tick == *generation && l.route == *route);
+            if same {
+                self.remove(session);
+            }
+        }
+    }
+
+    /// [`decide`] and [`apply`](Self::apply) in one step, under one borrow: the route
+    /// `session` should prefer now, and what happened to its lease. `(None, None)` when the
+    /// session has no lease. The request path does the two steps apart, planning unlocked.
     pub fn resolve(
         &mut self,
         session: &str,
         eligible: &[LeaseCandidate<'_>],
         now: Instant,
     ) -> (Option<String>, Option<LeaseInfo>) {
-        let Some(lease) = self.leases.get(session) else {
-            return (None, None);
-        };
-        let route = lease.route.clone();
-        let why = if lease.expires <= now {
-            Some(reason::EXPIRED)
-        } else {
-            match eligible.iter().find(|c| c.route == route) {
-                None => Some(reason::INELIGIBLE),
-                Some(c) if c.status == RouteStatus::BreakerOpen => Some(reason::BREAKER_OPEN),
-                Some(c) if c.status == RouteStatus::Cooling => Some(reason::COOLING),
-                Some(c) => eligible
-                    .iter()
-                    .any(|o| o.status == RouteStatus::Available && o.level < c.level)
-                    .then_some(reason::HIGHER_RUNG),
-            }
-        };
-        match why {
-            None => (Some(route.clone()), Some(info(&route, KEPT, None))),
-            Some(why) => {
-                self.remove(session);
-                (None, Some(info(&route, REVOKED, Some(why))))
-            }
-        }
+        let update = decide(self.get(session).as_ref(), eligible, now);
+        self.apply(session, &update);
+        (update.preferred().map(str::to_string), update.info())
     }
 
     /// `route` served `session` at `now`: keep or (re)start its lease. `None` for session ids

@@ -8,7 +8,7 @@ use std::time::Duration;
 const SETTLE: Duration = Duration::from_millis(1500);
 
 /// RSS growth per item while `open`'s items are held, in KiB, and how many opened.
-pub(super) async fn rss_growth<T>(open: impl Future<Output = Vec<Option<T>>>) -> Result<(f64, usize), String> {
+pub(crate) async fn rss_growth<T>(open: impl Future<Output = Vec<Option<T>>>) -> Result<(f64, usize), String> {
     let before = settled_rss_kib().await?;
     let held: Vec<T> = open.await.into_iter().flatten().collect();
     let after = settled_rss_kib().await?;
@@ -49,7 +49,7 @@ fn release_free_memory() {
 fn release_free_memory() {}
 
 /// The soft `RLIMIT_NOFILE`, from /proc/self/limits.
-pub(super) fn open_files_limit() -> Option<usize> {
+pub(crate) fn open_files_limit() -> Option<usize> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
     line.trim_start_matches("Max open files")

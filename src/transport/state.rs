@@ -1,0 +1,36 @@
+//! `AppState`: what every handler shares (the gateway, the config, the stream permits, the
+//! metrics handle, the draining flag). The server builds it; the transports read it.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::Semaphore;
+
+use crate::config::Config;
+use crate::gateway::Gateway;
+
+/// Shared state every handler gets.
+#[derive(Clone)]
+pub struct AppState {
+    pub gateway: Arc<Gateway>,
+    pub config: Arc<Config>,
+    /// One permit per open chat stream; none left → 503.
+    pub streams: Arc<Semaphore>,
+    pub metrics: Option<PrometheusHandle>,
+    /// Set once shutdown began: `/readyz` answers 503.
+    pub draining: Arc<AtomicBool>,
+}
+
+impl AppState {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        let config = Arc::clone(gateway.config());
+        AppState {
+            streams: Arc::new(Semaphore::new(config.server.max_streams)),
+            gateway,
+            config,
+            metrics: crate::telemetry::install(),
+            draining: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! `RequestCtx`: everything about a request that is not the chat itself (its id, dialect,
+//! deadline, priority, session, region, tenant, task), read by every layer below the edge.
+
+use std::time::Duration;
+
+use super::ResponseType;
+
+/// Which client dialect a request arrived in; decides what the mux may tell the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    OpenAi,
+    Anthropic,
+    /// WebSocket and the native SSE dialect: can express `reset` and `route_switch`.
+    Native,
+}
+
+impl Dialect {
+    /// Can this dialect tell a client to discard what it has (a `Reset` event)?
+    pub fn can_reset(self) -> bool {
+        matches!(self, Dialect::Native)
+    }
+}
+
+/// Request priority for admission: interactive traffic is shed last.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    Batch,
+    #[default]
+    Interactive,
+}
+
+/// Everything about a request that is not the chat itself.
+#[derive(Debug, Clone)]
+pub struct RequestCtx {
+    pub request_id: String,
+    pub dialect: Dialect,
+    /// `x-tailcut-hedge: off`.
+    pub hedge_off: bool,
+    /// `x-tailcut-response-type` override.
+    pub response_type: Option<ResponseType>,
+    /// `x-tailcut-deadline-ms`.
+    pub deadline: Option<Duration>,
+    /// `x-tailcut-priority`.
+    pub priority: Priority,
+    /// `x-tailcut-session`: route lease key.
+    pub session: Option<String>,
+    /// `x-tailcut-region`: only routes in this region are eligible.
+    pub region: Option<String>,
+    /// `x-tailcut-tenant`: a `[tenants.*]` entry whose rules and defaults apply.
+    pub tenant: Option<String>,
+    /// `x-tailcut-task`: the task type the quality floor is checked for.
+    pub task: Option<String>,
+}
+
+impl RequestCtx {
+    pub fn new(dialect: Dialect) -> Self {
+        RequestCtx {
+            request_id: new_request_id(),
+            dialect,
+            hedge_off: false,
+            response_type: None,
+            deadline: None,
+            priority: Priority::Interactive,
+            session: None,
+            region: None,
+            tenant: None,
+            task: None,
+        }
+    }
+}
+
+fn new_request_id() -> String {
+    format!("req_{}", uuid::Uuid::new_v4().simple())
+}
