@@ -390,4 +390,57 @@ mod tests {
         let kept = info("a", KEPT, None);
         assert_eq!(envelope_lease(Some(&kept), Some(kept.clone())), Some(kept));
     }
+
+    #[test]
+    fn deciding_reads_a_copy_and_changes_nothing() {
+        let mut t = table(10);
+        let now = Instant::now();
+        t.record("s1", "a", now);
+        let entry = t.get("s1").expect("leased");
+        let eligible = [cand("a", Level::L0, RouteStatus::BreakerOpen)];
+        let update = decide(Some(&entry), &eligible, now);
+        assert_eq!(
+            update,
+            decide(Some(&entry), &eligible, now),
+            "same input, same decision"
+        );
+        assert!(
+            matches!(
+                update,
+                LeaseUpdate::Revoke {
+                    reason: RevokeReason::BreakerOpen,
+                    ..
+                }
+            ),
+            "{update:?}"
+        );
+        assert_eq!(t.get("s1"), Some(entry), "the table still holds the lease");
+        assert_eq!(
+            decide(None, &eligible, now),
+            LeaseUpdate::None,
+            "no lease, nothing to do"
+        );
+    }
+
+    #[test]
+    fn a_revocation_planned_on_an_older_lease_leaves_a_newer_one() {
+        let mut t = table(10);
+        let now = Instant::now();
+        t.record("s1", "a", now);
+        let seen = t.get("s1").expect("leased");
+        let update = decide(Some(&seen), &[cand("a", Level::L0, RouteStatus::Cooling)], now);
+        // Between planning and applying, another request of the session committed on `b`.
+        t.record("s1", "b", now);
+        t.apply("s1", &update);
+        assert_eq!(
+            t.get("s1").map(|e| e.route),
+            Some("b".into()),
+            "the newer lease is not revoked"
+        );
+        let seen = t.get("s1").expect("leased");
+        t.apply("s1", &decide(Some(&seen), &[cand("b", Level::L0, UP)], now));
+        assert!(t.get("s1").is_some(), "a kept lease stays");
+        t.apply("s1", &decide(Some(&seen), &[], now));
+        assert!(t.is_empty(), "the lease planning saw is revoked");
+    }
 }

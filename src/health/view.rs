@@ -183,3 +183,30 @@ impl Health {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_are_copies_read_once_per_route() {
+        let cfg = crate::config::load_str(crate::config::DEFAULT_TOML).expect("default config");
+        let now = Instant::now();
+        let health = Health::new(&cfg, now);
+        let name = cfg.routes[0].name.clone();
+        let views = health.views([name.as_str(), "nowhere"], now);
+        health.force_open(&name, now);
+        assert!(
+            !views.get(&name).breaker_open,
+            "a view is a copy: later changes do not show"
+        );
+        assert_eq!(views.get(&name).status(), RouteStatus::Available);
+        assert_eq!(views.get("nowhere"), RouteView::default(), "unknown routes look fresh");
+        let fresh = health.views([name.as_str()], now);
+        assert_eq!(
+            fresh.get(&name).status(),
+            RouteStatus::BreakerOpen,
+            "a new view sees it"
+        );
+    }
+}

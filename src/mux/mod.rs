@@ -14,6 +14,7 @@
 mod attempt;
 pub mod budget;
 pub mod cache;
+mod error;
 mod hedge;
 mod midstream;
 pub mod probe;
@@ -31,6 +32,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 pub use attempt::{Attempt, AttemptEvent, Role};
+pub use error::MuxError;
 pub use hedge::NoHedge;
 pub use seam::{Seam, SeamOut, SeamVerdict};
 

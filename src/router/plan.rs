@@ -173,7 +173,7 @@ mod tests {
     use crate::config::LeaseConfig;
     use crate::provider::ProviderError;
     use crate::router::testkit::{config, request};
-    use crate::types::{Dialect, ErrorClass, ExclusionCode, Priority, RouteStatus};
+    use crate::types::{Dialect, ErrorClass, ExclusionCode, LeaseUpdate, Priority, RevokeReason, RouteStatus};
 
     fn routes(plan: &Plan) -> Vec<&str> {
         plan.candidates.iter().map(|c| c.route.as_str()).collect()
@@ -353,6 +353,116 @@ mod tests {
                 .iter()
                 .all(|e| e.codes.contains(&ExclusionCode::QualityFloor)),
             "{err}"
+        );
+    }
+
+    /// The views of every route of model `chat` at `now`.
+    fn views(cfg: &Config, health: &Health, now: Instant) -> RouteViews {
+        health.views(model_routes(cfg, &request("")).iter().map(String::as_str), now)
+    }
+
+    #[test]
+    fn same_snapshot_and_request_give_the_same_plan_whatever_health_does_meanwhile() {
+        let cfg = config("");
+        let now = Instant::now();
+        let health = Health::new(&cfg, now);
+        for _ in 0..10 {
+            health.record_ttft("eu-a", now, Duration::from_millis(300));
+            health.record_ttft("eu-fast", now, Duration::from_millis(900));
+        }
+        let mut table = LeaseTable::new(&LeaseConfig::default());
+        table.record("s1", "eu-fast", now);
+        let entry = table.get("s1");
+        let snapshot_views = views(&cfg, &health, now);
+        let snapshot = Snapshot {
+            config: &cfg,
+            health: &snapshot_views,
+            lease: entry.as_ref(),
+            now,
+        };
+        let req = request("hi");
+        let prompt = count_prompt(&cfg, &req);
+        let needs = Requirements::default();
+        let first = plan_over(&snapshot, &req, &needs, &prompt).expect("plan");
+        health.force_open("eu-fast", now);
+        health.record_ttft("eu-b", now, Duration::from_millis(50));
+        let second = plan_over(&snapshot, &req, &needs, &prompt).expect("plan");
+        assert_eq!(first, second, "the plan is a function of the snapshot and the request");
+        assert_eq!(routes(&first)[0], "eu-fast", "the lease leads its rung in the snapshot");
+        assert_eq!(
+            first.lease_update,
+            LeaseUpdate::Keep {
+                route: "eu-fast".into()
+            }
+        );
+        let live = Snapshot {
+            health: &views(&cfg, &health, now),
+            ..snapshot
+        };
+        let moved = plan_over(&live, &req, &needs, &prompt).expect("plan");
+        assert_eq!(routes(&moved)[0], "eu-a", "a fresh snapshot sees the open breaker");
+    }
+
+    #[test]
+    fn planning_leaves_the_lease_table_and_health_unchanged_until_the_update_is_applied() {
+        let cfg = config("");
+        let now = Instant::now();
+        let health = Health::new(&cfg, now);
+        let mut table = LeaseTable::new(&LeaseConfig::default());
+        table.record("s1", "eu-fast", now);
+        health.force_open("eu-fast", now);
+        let entry = table.get("s1").expect("leased");
+        let before = views(&cfg, &health, now);
+        let snapshot = Snapshot {
+            config: &cfg,
+            health: &before,
+            lease: Some(&entry),
+            now,
+        };
+        let req = request("hi");
+        let plan = plan_over(&snapshot, &req, &Requirements::default(), &count_prompt(&cfg, &req)).expect("plan");
+        let LeaseUpdate::Revoke { route, reason, .. } = &plan.lease_update else {
+            panic!("an open breaker revokes the lease: {:?}", plan.lease_update)
+        };
+        assert_eq!((route.as_str(), *reason), ("eu-fast", RevokeReason::BreakerOpen));
+        assert_eq!(
+            plan.lease,
+            plan.lease_update.info(),
+            "the envelope's lease is the same decision"
+        );
+        assert_eq!(table.get("s1"), Some(entry), "planning wrote nothing to the table");
+        assert_eq!(views(&cfg, &health, now), before, "nor to health");
+        table.apply("s1", &plan.lease_update);
+        assert!(
+            table.get("s1").is_none(),
+            "the table changes when the update is applied"
+        );
+    }
+
+    #[test]
+    fn the_prompt_is_counted_before_planning_and_read_as_given() {
+        let cfg = config("");
+        let now = Instant::now();
+        let health = Health::new(&cfg, now);
+        let views = views(&cfg, &health, now);
+        let snapshot = Snapshot {
+            config: &cfg,
+            health: &views,
+            lease: None,
+            now,
+        };
+        // ~9,000 estimated tokens: too many for eu-a's 8,000 window.
+        let long = count_prompt(&cfg, &request(&"word ".repeat(6_500)));
+        let plan = plan_over(&snapshot, &request("hi"), &Requirements::default(), &long).expect("plan");
+        let a = plan
+            .excluded
+            .iter()
+            .find(|e| e.route == "eu-a")
+            .expect("eu-a is excluded");
+        assert_eq!(
+            a.codes,
+            [ExclusionCode::ContextLength],
+            "the planner sizes the prompt by the count it is given, not by tokenizing"
         );
     }
 }

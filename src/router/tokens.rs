@@ -379,4 +379,31 @@ mod tests {
             "1,000 tokens + 10% + overhead"
         );
     }
+
+    #[test]
+    fn counted_figures_answer_as_the_lazy_measure_did_without_tokenizing_again() {
+        let text = "the quick brown fox jumps over the lazy dog ".repeat(200);
+        let req = request(&text);
+        let size = PromptSize::new(&req);
+        let asks = [
+            (Counter::Cl100k, 3_000),
+            (Counter::O200k, 100_000),
+            (Counter::Estimate, 10),
+        ];
+        let tokens = size.count(asks);
+        for (counter, budget) in asks {
+            assert_eq!(
+                tokens.measure(counter, budget),
+                size.measure(counter, budget),
+                "{counter:?} against {budget}"
+            );
+        }
+        assert!(size.o200k.get().is_none(), "o200k fit on bytes: never tokenized");
+        let (_, how) = tokens.measure(Counter::O200k, 3_000);
+        assert_eq!(
+            how,
+            Method::Estimated,
+            "a count nobody asked for is estimated, and says so"
+        );
+    }
 }

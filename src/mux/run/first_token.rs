@@ -3,6 +3,7 @@
 
 use super::routes::RouteState;
 use super::*;
+use crate::mux::MuxError;
 
 impl Run {
     /// Races attempts to the first content token. With `hedging`, the primary is hedged at
@@ -96,11 +97,7 @@ impl Run {
                 Step::Silent(i) => {
                     let attempt = race.take(i);
                     let limit = self.first_token_timeout(&attempt.route);
-                    let err = ProviderError::new(
-                        ErrorClass::Timeout,
-                        format!("no first token within {} ms", limit.as_millis()),
-                    );
-                    (attempt, err)
+                    (attempt, MuxError::FirstTokenTimeout(limit).into())
                 }
                 Step::Retry => {
                     if let Some((route, _)) = retry.take() {
@@ -120,8 +117,7 @@ impl Run {
                 Step::Deadline => {
                     // The request ran out of time: that is not the routes' fault, so the
                     // attempts are dropped without judging them.
-                    let err =
-                        ProviderError::new(ErrorClass::Timeout, "request deadline exceeded before the first token");
+                    let err = ProviderError::from(MuxError::Deadline);
                     for mut a in race.drain() {
                         self.record_abandoned(&mut a, &err);
                     }

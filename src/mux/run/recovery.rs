@@ -2,8 +2,55 @@
 //! committed attempt fails, and the honest end when a hidden restart diverges.
 
 use super::*;
+use crate::mux::MuxError;
 
 impl Run {
+    /// The recovering state: start the policy's attempt and say what the client sees of it.
+    pub(super) async fn recover_step(&mut self, why: Recovering, out: &mut Vec<StreamEvent>) -> State {
+        let recovery = match why {
+            Recovering::Failed(route) => self.recover(&route).await,
+            Recovering::StartOver(cur) => self.start_over(cur).await,
+        };
+        match recovery {
+            Recovery::Restart { attempt, first, reset } => {
+                out.extend(reset.map(|reason| StreamEvent::Reset { reason }));
+                let seam = if self.transcript.visible() {
+                    Seam::swallow(&self.transcript.text)
+                } else {
+                    Seam::Pass
+                };
+                State::Streaming(self.streaming(attempt, first, seam))
+            }
+            Recovery::Continue { from, attempt, first } => {
+                if self.ctx.dialect.can_reset() {
+                    out.push(StreamEvent::RouteSwitch {
+                        from,
+                        to: attempt.route.to_string(),
+                    });
+                }
+                let seam = self.continuation_seam(&attempt.route);
+                State::Streaming(self.streaming(attempt, first, seam))
+            }
+            Recovery::Done(reason) => {
+                self.finish(reason, out);
+                State::Finished
+            }
+            Recovery::Truncate => {
+                self.log_outcome("truncated");
+                out.push(StreamEvent::Finish {
+                    reason: FinishReason::Truncated,
+                    envelope: self.env.clone(),
+                });
+                State::Finished
+            }
+            Recovery::Fail(e) => {
+                self.log_outcome(e.class.as_str());
+                out.push(StreamEvent::Error(e));
+                State::Finished
+            }
+        }
+    }
+
     /// The committed attempt on `failed_route` failed: apply the response type's policy.
     pub(super) async fn recover(&mut self, failed_route: &str) -> Recovery {
         let limit = self.mux.config.limits.max_midstream_recoveries;
@@ -77,9 +124,9 @@ impl Run {
     /// The continuation on `cur` could not be told from a restart (`SeamOut::StartOver`):
     /// nothing of it was sent; drop it and restart, on the same route if it is the best one
     /// left (it answered; it only did not continue).
-    pub(super) async fn start_over(&mut self, cur: &mut Attempt) -> Recovery {
+    pub(super) async fn start_over(&mut self, cur: Attempt) -> Recovery {
         let route = Arc::clone(&cur.route);
-        drop(std::mem::replace(cur, Attempt::closed(&route)));
+        drop(cur);
         self.routes.set(&route, super::routes::RouteState::PrefillRefused);
         self.env.policy = Some(MidStreamPolicy::Restart.as_str().into());
         match self.first_token(false, None).await {
@@ -108,14 +155,10 @@ impl Run {
 
     /// A restart the client could not be told about produced a different answer.
     pub(super) fn diverged(&mut self, cur: &Attempt) -> StreamEvent {
-        let err = ProviderError::new(
-            ErrorClass::Unavailable,
-            format!(
-                "the answer was interrupted and its retry on {} diverged from the text already sent; the response is incomplete",
-                cur.route
-            ),
-        );
+        let err = MuxError::Diverged {
+            route: cur.route.to_string(),
+        };
         self.log_outcome("diverged");
-        StreamEvent::Error(self.error_event(&err))
+        StreamEvent::Error(self.error_event(&err.into()))
     }
 }

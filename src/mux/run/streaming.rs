@@ -1,0 +1,188 @@
+//! The streaming state: the committed attempt's events go to the client through the seam,
+//! under the route's stall limit and the request's stream cap. A failure, or a continuation
+//! that cannot be told from a restart, hands over to recovery.
+//!
+//! Cancellation points: the one `select!` in `stream_step` (the attempt's next event, the
+//! stall timer, the cap). Dropping the request's stream there drops this state, its attempt
+//! and that attempt's upstream connection.
+
+use super::routes::RouteState;
+use super::*;
+use crate::mux::MuxError;
+
+/// The committed attempt and how its text joins what the client holds.
+pub(super) struct Streaming {
+    pub cur: Attempt,
+    pub seam: Seam,
+    /// The attempt's first event, from the race: it did not come after a gap, so it must not
+    /// enter the inter-token window (a zero gap would tighten every stall limit).
+    pending: Option<AttemptEvent>,
+    last_token: Instant,
+    /// Computed once per attempt: it reads the route's gap histogram.
+    stall: Duration,
+}
+
+/// What the seam let through, as events for the client, or a continuation to replace.
+enum Joined {
+    Events,
+    StartOver,
+}
+
+impl Run {
+    pub(super) fn streaming(&self, cur: Attempt, first: AttemptEvent, seam: Seam) -> Streaming {
+        Streaming {
+            stall: self.stall_limit(&cur.route),
+            cur,
+            seam,
+            pending: Some(first),
+            last_token: Instant::now(),
+        }
+    }
+
+    /// One event of the committed attempt: its effect on the client (`out`) and the next state.
+    pub(super) async fn stream_step(&mut self, mut s: Streaming, out: &mut Vec<StreamEvent>) -> State {
+        let (ev, after_gap) = match s.pending.take() {
+            Some(ev) => (ev, false),
+            None => {
+                let ev = tokio::select! {
+                    biased;
+                    ev = s.cur.next_event() => ev.unwrap_or_else(|| AttemptEvent::Failed(MuxError::NoOutcome.into())),
+                    _ = tokio::time::sleep_until(s.last_token + s.stall) => {
+                        AttemptEvent::Failed(MuxError::Stalled(s.stall).into())
+                    }
+                    _ = tokio::time::sleep_until(self.capped_at) => {
+                        // Our own cap, not the route's failure: end honestly, blame no one.
+                        self.record_abandoned(&mut s.cur, &MuxError::StreamCap.into());
+                        self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                        self.log_outcome("truncated");
+                        out.push(StreamEvent::Finish { reason: FinishReason::Truncated, envelope: self.env.clone() });
+                        return State::Finished;
+                    }
+                };
+                (ev, true)
+            }
+        };
+        if matches!(ev, AttemptEvent::ToolCall(_) | AttemptEvent::Finished(_)) {
+            // Whatever the seam still holds is settled before a tool call or the end.
+            let (held, verdict) = s.seam.finish();
+            self.seam_verdict(verdict);
+            match self.joined(held, &s.cur, out) {
+                Joined::StartOver => return State::Recovering(Recovering::StartOver(s.cur)),
+                Joined::Events if ended(out) => return State::Finished,
+                Joined::Events => {}
+            }
+        }
+        match ev {
+            AttemptEvent::Progress => s.last_token = Instant::now(),
+            AttemptEvent::Text(text) => {
+                let now = Instant::now();
+                if after_gap {
+                    let gap = now.saturating_duration_since(s.last_token);
+                    self.mux.health.record_token_gap(&s.cur.route, now, gap);
+                }
+                s.last_token = now;
+                let (joined, verdict) = s.seam.feed(&text);
+                self.seam_verdict(verdict);
+                match self.joined(joined, &s.cur, out) {
+                    Joined::StartOver => return State::Recovering(Recovering::StartOver(s.cur)),
+                    Joined::Events if ended(out) => return State::Finished,
+                    Joined::Events => {}
+                }
+            }
+            AttemptEvent::ToolStarted => {
+                s.last_token = Instant::now();
+                self.transcript.tool_open = true;
+            }
+            AttemptEvent::ToolCall(call) => {
+                s.last_token = Instant::now();
+                self.transcript.tool_calls += 1;
+                self.transcript.tool_open = false;
+                if self.mux.config.cache.enabled {
+                    self.calls.push(call.clone());
+                }
+                out.push(StreamEvent::ToolCall(call));
+            }
+            AttemptEvent::Usage(u) => self.usage = Some(u),
+            AttemptEvent::Finished(reason) => {
+                s.cur.resolve(Ok(()));
+                self.remember(&s.cur.route, reason);
+                self.finish(reason, out);
+                return State::Finished;
+            }
+            AttemptEvent::Failed(err) => {
+                self.record_failure(&mut s.cur, &err);
+                metrics::counter!(t::MIDSTREAM_TOTAL, "class" => err.class.as_str()).increment(1);
+                let route = Arc::clone(&s.cur.route);
+                self.routes.set(&route, RouteState::Failed);
+                // Close the failed upstream now, not when a recovery commits.
+                drop(s);
+                return State::Recovering(Recovering::Failed(route));
+            }
+        }
+        State::Streaming(s)
+    }
+
+    /// The answer is complete: usage (when asked for) and the finish.
+    pub(super) fn finish(&mut self, reason: FinishReason, out: &mut Vec<StreamEvent>) {
+        if self.req.include_usage {
+            if let Some(u) = self.usage {
+                out.push(StreamEvent::Usage(u));
+            }
+        }
+        self.log_outcome("completed");
+        out.push(StreamEvent::Finish {
+            reason,
+            envelope: self.env.clone(),
+        });
+    }
+
+    /// The seam for a continuation committed on `route`: verified against everything the
+    /// client holds, knowing what the route's convention withheld from the prefill.
+    pub(super) fn continuation_seam(&self, route: &str) -> Seam {
+        let convention = self.route_config(route).map(|r| r.prefill).unwrap_or_default();
+        let text = &self.transcript.text;
+        let sent = convention.sent_text(text);
+        Seam::verify(text, &text[sent.len()..])
+    }
+
+    /// Turns what the seam let through into events for the client: text, or, when the new
+    /// attempt turned out to be a different answer, a reset and that answer (clients that can
+    /// be told) or an honest error (the SDK dialects).
+    fn joined(&mut self, joined: SeamOut, cur: &Attempt, out: &mut Vec<StreamEvent>) -> Joined {
+        match joined {
+            SeamOut::Emit(s) if !s.is_empty() => {
+                self.transcript.push_text(&s);
+                out.push(StreamEvent::TextDelta(s));
+            }
+            SeamOut::Emit(_) | SeamOut::Hold => {}
+            SeamOut::Diverged { replay } if self.ctx.dialect.can_reset() => {
+                self.env.resets += 1;
+                self.transcript.clear();
+                out.push(StreamEvent::Reset {
+                    reason: format!("{} did not continue the answer; its new answer replaces it", cur.route),
+                });
+                if !replay.is_empty() {
+                    self.transcript.push_text(&replay);
+                    out.push(StreamEvent::TextDelta(replay));
+                }
+            }
+            SeamOut::Diverged { .. } => out.push(self.diverged(cur)),
+            SeamOut::StartOver => return Joined::StartOver,
+        }
+        Joined::Events
+    }
+
+    fn seam_verdict(&mut self, verdict: Option<SeamVerdict>) {
+        if let Some(v) = verdict {
+            metrics::counter!(t::SEAMS_TOTAL, "verdict" => v.metric_label()).increment(1);
+            if v != SeamVerdict::Continued {
+                tracing::debug!(request_id = %self.ctx.request_id, verdict = v.metric_label(), "continuation started over");
+            }
+        }
+    }
+}
+
+/// Did the last event end the answer (an honest error)?
+fn ended(out: &[StreamEvent]) -> bool {
+    matches!(out.last(), Some(StreamEvent::Error(_)))
+}
