@@ -3,6 +3,7 @@
 
 mod breaker;
 mod raw;
+mod routes;
 mod routing;
 mod sections;
 mod validate;
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use crate::types::MidStreamPolicy;
 pub use breaker::{BreakerConfig, ProbeMode};
 pub use validate::{load_file, load_str, ConfigError, ConfigProblem};
 
@@ -338,33 +340,6 @@ pub struct HedgeConfig {
     pub budget_floor_per_sec: f64,
     pub budget_window: Duration,
     pub max_concurrent_attempts: usize,
-}
-
-/// What happens when a stream fails after its first token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MidStreamPolicy {
-    Restart,
-    Continue,
-    Truncate,
-}
-
-impl MidStreamPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MidStreamPolicy::Restart => "restart",
-            MidStreamPolicy::Continue => "continue",
-            MidStreamPolicy::Truncate => "truncate",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "restart" => Some(MidStreamPolicy::Restart),
-            "continue" => Some(MidStreamPolicy::Continue),
-            "truncate" => Some(MidStreamPolicy::Truncate),
-            _ => None,
-        }
-    }
 }
 
 /// Per response type: the policy to try first and the one to fall back to.

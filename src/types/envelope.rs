@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{ErrorClass, MidStreamPolicy};
+
 /// The degradation ladder. L4 is an honest failure and never has a route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Level {
@@ -48,7 +50,7 @@ pub struct Envelope {
     pub hedge: Option<HedgeInfo>,
     pub fell_back_from: Vec<FailedAttempt>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy: Option<String>,
+    pub policy: Option<MidStreamPolicy>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft_ms: Option<u64>,
     pub attempts: u32,
@@ -82,7 +84,7 @@ pub struct HedgeInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FailedAttempt {
     pub route: String,
-    pub class: String,
+    pub class: ErrorClass,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
     pub message: String,

@@ -5,6 +5,7 @@ mod envelope;
 mod error_class;
 mod event;
 mod plan;
+mod policy;
 mod prefill;
 mod request;
 
@@ -16,6 +17,7 @@ pub use plan::{
     Candidate, CandidateScore, Exclusion, ExclusionCode, LeaseState, LeaseUpdate, Plan, RevokeReason, RouteStatus,
     ScoreBreakdown,
 };
+pub use policy::MidStreamPolicy;
 pub use prefill::{Prefill, PrefillConvention};
 pub use request::{
     ChatRequest, ContentPart, Message, ResponseFormat, ResponseType, Role, Sampling, ToolChoice, ToolSpec,

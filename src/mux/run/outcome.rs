@@ -41,7 +41,7 @@ impl Run {
         self.fail_classes.push(err.class);
         self.env.fell_back_from.push(FailedAttempt {
             route: attempt.route.to_string(),
-            class: err.class.as_str().to_string(),
+            class: err.class,
             status: err.status,
             message: err.message.clone(),
             after_ms: self.since_start(now),

@@ -55,7 +55,7 @@ impl Run {
     pub(super) async fn recover(&mut self, failed_route: &str) -> Recovery {
         let limit = self.mux.config.limits.max_midstream_recoveries;
         if self.recoveries >= limit {
-            self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+            self.env.policy = Some(MidStreamPolicy::Truncate);
             return Recovery::Truncate;
         }
         self.recoveries += 1;
@@ -66,7 +66,7 @@ impl Run {
         if !self.transcript.visible() {
             // Nothing the client would have to unsee: a seamless restart in every dialect.
             self.transcript.clear();
-            self.env.policy = Some(MidStreamPolicy::Restart.as_str().into());
+            self.env.policy = Some(MidStreamPolicy::Restart);
             return match self.first_token(false, None).await {
                 Ok((attempt, first)) => Recovery::Restart {
                     attempt,
@@ -80,13 +80,13 @@ impl Run {
             || (!self.routes.any_untried(|_| true) && self.can_continue(failed_route));
         let pair = self.mux.config.policies.for_type(self.rtype);
         let policy = midstream::choose(pair, self.rtype, &self.transcript, prefill_route);
-        self.env.policy = Some(policy.as_str().into());
+        self.env.policy = Some(policy);
         match policy {
             MidStreamPolicy::Truncate => Recovery::Truncate,
             MidStreamPolicy::Restart => match self.first_token(false, None).await {
                 Ok((attempt, first)) => self.restarted(failed_route, attempt, first),
                 Err(_) => {
-                    self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                    self.env.policy = Some(MidStreamPolicy::Truncate);
                     Recovery::Truncate
                 }
             },
@@ -103,17 +103,17 @@ impl Run {
                     }
                     // No route could continue: the type's fallback, if it is a restart.
                     Err(_) if pair.1 == MidStreamPolicy::Restart => {
-                        self.env.policy = Some(MidStreamPolicy::Restart.as_str().into());
+                        self.env.policy = Some(MidStreamPolicy::Restart);
                         match self.first_token(false, None).await {
                             Ok((attempt, first)) => self.restarted(failed_route, attempt, first),
                             Err(_) => {
-                                self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                                self.env.policy = Some(MidStreamPolicy::Truncate);
                                 Recovery::Truncate
                             }
                         }
                     }
                     Err(_) => {
-                        self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                        self.env.policy = Some(MidStreamPolicy::Truncate);
                         Recovery::Truncate
                     }
                 }
@@ -128,11 +128,11 @@ impl Run {
         let route = Arc::clone(&cur.route);
         drop(cur);
         self.routes.set(&route, super::routes::RouteState::PrefillRefused);
-        self.env.policy = Some(MidStreamPolicy::Restart.as_str().into());
+        self.env.policy = Some(MidStreamPolicy::Restart);
         match self.first_token(false, None).await {
             Ok((attempt, first)) => self.restarted(&route, attempt, first),
             Err(_) => {
-                self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                self.env.policy = Some(MidStreamPolicy::Truncate);
                 Recovery::Truncate
             }
         }

@@ -53,7 +53,7 @@ impl Run {
                     _ = tokio::time::sleep_until(self.capped_at) => {
                         // Our own cap, not the route's failure: end honestly, blame no one.
                         self.record_abandoned(&mut s.cur, &MuxError::StreamCap.into());
-                        self.env.policy = Some(MidStreamPolicy::Truncate.as_str().into());
+                        self.env.policy = Some(MidStreamPolicy::Truncate);
                         self.log_outcome("truncated");
                         out.push(StreamEvent::Finish { reason: FinishReason::Truncated, envelope: self.env.clone() });
                         return State::Finished;
