@@ -1,145 +1,22 @@
 //! Failure modes of the request path on paused time, with scripted in-process providers
 //! (no sockets): deadlines that are not the route's fault, long tool calls, hostile
 //! Retry-After values, races with empty or fatal answers, recoveries, probes and hung routes.
+mod scripted;
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
+use scripted::*;
 use tailcut::config;
 use tailcut::gateway::Gateway;
 use tailcut::provider::{Delta, DeltaStream, Provider, ProviderError, SharedProvider, ToolFragment, UpstreamRequest};
 use tailcut::types::ErrorClass;
-use tailcut::types::{ChatRequest, FinishReason, Message, Role, StreamEvent, ToolSpec};
 use tailcut::types::{Dialect, RequestCtx};
+use tailcut::types::{FinishReason, StreamEvent, ToolSpec};
 use tokio::time::Instant;
-
-#[derive(Clone)]
-enum Step {
-    Wait(u64),
-    D(Delta),
-    Err(ProviderError),
-    Hang,
-}
-
-#[derive(Clone)]
-enum Script {
-    OpenErr(u64, ProviderError),
-    Stream(Vec<Step>),
-    Seq(Vec<Script>),
-}
-
-struct Fake {
-    script: Script,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Provider for Fake {
-    fn open(&self, _req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let n = self.calls.fetch_add(0, Ordering::SeqCst) - 1;
-        let mut script = self.script.clone();
-        if let Script::Seq(v) = &script {
-            script = v[n.min(v.len() - 1)].clone();
-        }
-        async move {
-            match script {
-                Script::OpenErr(ms, e) => {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                    Err(e)
-                }
-                Script::Stream(steps) => {
-                    let s = async_stream::stream! {
-                        for step in steps {
-                            match step {
-                                Step::Wait(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-                                Step::D(d) => yield Ok(d),
-                                Step::Err(e) => { yield Err(e); return; }
-                                Step::Hang => std::future::pending::<()>().await,
-                            }
-                        }
-                    };
-                    Ok(Box::pin(s) as DeltaStream)
-                }
-                Script::Seq(_) => Err(ProviderError::new(ErrorClass::Internal, "nested script")),
-            }
-        }
-        .boxed()
-    }
-}
-
-fn toml(routes: &[(&str, &str)], extra: &str) -> String {
-    let mut s = String::from("[server]\nlisten = \"127.0.0.1:0\"\n");
-    s.push_str(extra);
-    for (name, level) in routes {
-        s.push_str(&format!(
-            "[[routes]]\nname = \"{name}\"\nprovider = \"simulated\"\nwire = \"openai\"\nscenario = \"fast-stable\"\nmodel = \"m-{name}\"\nregion = \"eu\"\nlevel = \"{level}\"\ncapabilities = [\"tools\", \"streaming\"{}]\n", if name.starts_with('n') { "" } else { ", \"prefill\"" }
-        ));
-    }
-    let names: Vec<String> = routes.iter().map(|r| format!("\"{}\"", r.0)).collect();
-    s.push_str(&format!("[models.chat]\nroutes = [{}]\n", names.join(", ")));
-    s
-}
-
-fn gateway(toml: &str, scripts: Vec<(&str, Script)>) -> (Gateway, HashMap<String, Arc<AtomicUsize>>) {
-    let cfg = config::load_str(toml).unwrap_or_else(|e| panic!("config: {e}"));
-    let mut providers: HashMap<String, SharedProvider> = HashMap::new();
-    let mut counts = HashMap::new();
-    for (name, script) in scripts {
-        let calls = Arc::new(AtomicUsize::new(0));
-        counts.insert(name.to_string(), Arc::clone(&calls));
-        providers.insert(name.to_string(), Arc::new(Fake { script, calls }));
-    }
-    (Gateway::with_providers(Arc::new(cfg), providers), counts)
-}
-
-fn req() -> ChatRequest {
-    ChatRequest {
-        model: "chat".into(),
-        messages: vec![Message::text(Role::User, "hi")],
-        stream: true,
-        ..ChatRequest::default()
-    }
-}
-
-async fn collect(gw: &Gateway, req: ChatRequest, ctx: RequestCtx) -> Vec<StreamEvent> {
-    let mut s = gw.chat(req, ctx).expect("stream");
-    let mut out = Vec::new();
-    while let Some(ev) = s.next().await {
-        out.push(ev);
-    }
-    out
-}
-
-fn text(t: &str) -> Step {
-    Step::D(Delta::Text(t.into()))
-}
-
-fn breaker(gw: &Gateway, route: &str) -> String {
-    gw.health()
-        .snapshot(Instant::now(), gw.config())
-        .into_iter()
-        .find(|r| r.name == route)
-        .map(|r| r.breaker)
-        .unwrap_or_default()
-}
-
-fn kinds(evs: &[StreamEvent]) -> Vec<String> {
-    evs.iter()
-        .map(|e| match e {
-            StreamEvent::Start(_) => "start".into(),
-            StreamEvent::TextDelta(t) => format!("text({t})"),
-            StreamEvent::ToolCall(c) => format!("tool({})", c.name),
-            StreamEvent::Reset { .. } => "reset".into(),
-            StreamEvent::RouteSwitch { .. } => "switch".into(),
-            StreamEvent::Usage(_) => "usage".into(),
-            StreamEvent::Finish { reason, .. } => format!("finish({reason:?})"),
-            StreamEvent::Error(e) => format!("error({:?},{})", e.class, e.status),
-        })
-        .collect()
-}
 
 /// A client with a tight deadline must not make a healthy route look broken.
 #[tokio::test(start_paused = true)]
@@ -269,7 +146,7 @@ async fn same_route_retry_of_a_429_without_retry_after_waits_for_the_cooling() {
     let t0 = Instant::now();
     let evs = collect(&gw, req(), RequestCtx::new(Dialect::OpenAi)).await;
     assert_eq!(
-        calls["a"].load(Ordering::SeqCst),
+        calls.calls("a"),
         2,
         "retried once on the same route before the lower rung"
     );
@@ -422,11 +299,7 @@ async fn failed_hedge_starts_no_third_attempt_beside_a_running_primary() {
         panic!("served: {:?}", kinds(&evs))
     };
     assert_eq!(envelope.attempts, 2, "the primary and one hedge");
-    assert_eq!(
-        calls["c"].load(Ordering::SeqCst),
-        0,
-        "one hedge per request; c is not a hedge"
-    );
+    assert_eq!(calls.calls("c"), 0, "one hedge per request; c is not a hedge");
 }
 
 /// Continue cannot start (the only prefill route is down): prose should fall back to restart.
@@ -462,11 +335,7 @@ async fn prose_falls_back_to_restart_when_continue_cannot_start() {
         Some("finish(Stop)"),
         "restart on nc completes the answer"
     );
-    assert_eq!(
-        calls["nc"].load(Ordering::SeqCst),
-        1,
-        "the non-prefill route restarted it"
-    );
+    assert_eq!(calls.calls("nc"), 1, "the non-prefill route restarted it");
 }
 
 /// A route's hedge_floor_ms above the global ceiling never panics.
@@ -526,13 +395,7 @@ async fn stalled_attempt_is_dropped_when_the_stall_is_declared() {
         text("there"),
         Step::D(Delta::Finish(FinishReason::Stop)),
     ];
-    providers.insert(
-        "b".into(),
-        Arc::new(Fake {
-            script: Script::Stream(slow),
-            calls: Arc::new(AtomicUsize::new(0)),
-        }),
-    );
+    providers.insert("b".into(), Arc::new(Fake::new(Script::Stream(slow))));
     let gw = Gateway::with_providers(Arc::new(cfg), providers);
     let t0 = Instant::now();
     let mut ctx = RequestCtx::new(Dialect::Native);
@@ -563,7 +426,7 @@ async fn hung_primary_without_a_hedge_is_failed_over() {
     ctx.hedge_off = true;
     let t0 = Instant::now();
     let evs = collect(&gw, req(), ctx).await;
-    assert_eq!(calls["b"].load(Ordering::SeqCst), 1, "b was asked");
+    assert_eq!(calls.calls("b"), 1, "b was asked");
     assert!(
         t0.elapsed() >= Duration::from_secs(30),
         "after the first-token timeout: {:?}",

@@ -8,9 +8,7 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
-use super::raw::{
-    RawBreaker, RawCache, RawHedge, RawLeases, RawLimits, RawModel, RawRanking, RawServer, RawSim,
-};
+use super::raw::{RawBreaker, RawCache, RawHedge, RawLeases, RawLimits, RawModel, RawRanking, RawServer, RawSim};
 use super::{Config, ModelConfig, RouteConfig, SimConfig};
 use crate::sim::Scenario;
 

@@ -43,6 +43,17 @@ pub struct Fake {
     seen: Arc<Mutex<Vec<UpstreamRequest>>>,
 }
 
+impl Fake {
+    /// A provider playing `script`, counted and recorded nowhere the test can see.
+    pub fn new(script: Script) -> Self {
+        Fake {
+            script,
+            calls: Arc::default(),
+            seen: Arc::default(),
+        }
+    }
+}
+
 impl Provider for Fake {
     fn open(&self, req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);

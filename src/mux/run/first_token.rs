@@ -2,8 +2,23 @@
 //! TTFT, failover before commit, and the commit that drops every loser.
 
 use super::routes::RouteState;
-use super::*;
+use super::Run;
+use crate::mux::attempt::Attempt;
+use crate::mux::attempt::AttemptEvent;
+use crate::mux::attempt::Role;
+use crate::mux::hedge::HedgeTimer;
+use crate::mux::hedge::NoHedge;
+use crate::mux::race::Race;
 use crate::mux::MuxError;
+use crate::provider::ProviderError;
+use crate::telemetry as t;
+use crate::types::ErrorClass;
+use crate::types::ErrorEvent;
+use crate::types::HedgeInfo;
+use crate::types::Level;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 
 impl Run {
     /// Races attempts to the first content token. With `hedging`, the primary is hedged at
@@ -250,8 +265,8 @@ impl Run {
         if self.env.route.is_none() {
             self.env.ttft_ms = Some(self.since_start(now));
         }
-        // The lease update planning returned lands here: the winner keeps, moves or starts the
-        // session's lease (a revocation was applied by the gateway right after planning).
+        // The one place the mux writes the session's lease: the winner keeps, moves or starts it
+        // (a revocation the plan returned was applied by the gateway right after planning).
         if let Some(session) = self.ctx.session.as_deref().filter(|_| self.mux.config.leases.enabled) {
             let recorded = self.mux.leases.lock().record(session, &winner.route, now);
             self.env.lease = crate::health::lease::envelope_lease(self.plan.lease.as_ref(), recorded);

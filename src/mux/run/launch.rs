@@ -2,8 +2,21 @@
 //! retry and blast-radius budgets, and the same-route retry before a lower rung.
 
 use super::routes::{RouteState, Skip};
-use super::*;
+use super::Run;
+use crate::mux::attempt::Attempt;
+use crate::mux::attempt::Role;
 use crate::mux::budget::Refusal;
+use crate::mux::hedge::NoHedge;
+use crate::mux::Mux;
+use crate::provider::ProviderError;
+use crate::provider::UpstreamRequest;
+use crate::telemetry as t;
+use crate::types::ErrorClass;
+use crate::types::Plan;
+use crate::types::RequestCtx;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// No attempt could start. `refusal` is set when a request-wide budget said no (then no
 /// other route was looked at).

@@ -21,21 +21,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::attempt::{Attempt, AttemptEvent, Role};
-use super::hedge::{HedgeTimer, NoHedge};
-use super::midstream;
-use super::race::Race;
-use super::seam::{Seam, SeamOut, SeamVerdict};
+use super::attempt::{Attempt, AttemptEvent};
+use super::hedge::NoHedge;
+use super::seam::Seam;
 use super::transcript::Transcript;
 use super::Mux;
-use crate::config::{MidStreamPolicy, RouteConfig};
-use crate::provider::{ProviderError, UpstreamRequest};
-use crate::telemetry as t;
-use crate::types::ErrorClass;
-use crate::types::Plan;
-use crate::types::RequestCtx;
+use crate::config::RouteConfig;
 use crate::types::{
-    ChatRequest, Envelope, ErrorEvent, EventStream, FailedAttempt, FinishReason, HedgeInfo, Level, ResponseType,
+    ChatRequest, Envelope, ErrorClass, ErrorEvent, EventStream, FinishReason, Plan, RequestCtx, ResponseType,
     StreamEvent, Usage,
 };
 

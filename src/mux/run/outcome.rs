@@ -1,7 +1,18 @@
 //! How a request ends up: failed attempts in the envelope, the error a client gets, the L3
 //! answer cache, and the decision record.
 
-use super::*;
+use super::Run;
+use crate::mux::attempt::Attempt;
+use crate::provider::ProviderError;
+use crate::telemetry as t;
+use crate::types::ErrorClass;
+use crate::types::ErrorEvent;
+use crate::types::FailedAttempt;
+use crate::types::FinishReason;
+use crate::types::Level;
+use crate::types::StreamEvent;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// The longest Retry-After a client is told.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);

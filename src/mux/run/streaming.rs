@@ -7,8 +7,22 @@
 //! and that attempt's upstream connection.
 
 use super::routes::RouteState;
-use super::*;
+use super::Recovering;
+use super::Run;
+use super::State;
+use crate::mux::attempt::Attempt;
+use crate::mux::attempt::AttemptEvent;
+use crate::mux::seam::Seam;
+use crate::mux::seam::SeamOut;
+use crate::mux::seam::SeamVerdict;
 use crate::mux::MuxError;
+use crate::telemetry as t;
+use crate::types::FinishReason;
+use crate::types::MidStreamPolicy;
+use crate::types::StreamEvent;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// The committed attempt and how its text joins what the client holds.
 pub(super) struct Streaming {
