@@ -4,6 +4,7 @@
 //! with no lock held, and hands the plan to the mux.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,6 +128,8 @@ pub enum StartError {
     NoUpstream { route: String },
     #[error("simulated upstream: {0}")]
     Sim(std::io::Error),
+    #[error("refusing to listen on {addr} with no [auth]: anyone who can reach it could spend the routes' provider keys. Add client keys (`tailcut keys new --tenant NAME` prints one and its [[auth.keys]] lines), listen on 127.0.0.1, or set server.allow_unauthenticated = true (tailcut serve --allow-unauthenticated) to serve it open anyway")]
+    Unauthenticated { addr: SocketAddr },
 }
 
 impl Gateway {
@@ -153,7 +156,17 @@ impl Gateway {
             };
             let api_key = match &route.api_key_env {
                 Some(var) => match std::env::var(var) {
-                    Ok(key) if !key.is_empty() => Some(key),
+                    Ok(key) if !key.is_empty() => {
+                        // Upstream text is redacted against every configured key, exactly.
+                        if !provider::register_secret(&key) {
+                            tracing::warn!(
+                                route = %route.name,
+                                min_chars = provider::MIN_SECRET_CHARS,
+                                "the route's key is too short to redact exactly; only key shapes are redacted"
+                            );
+                        }
+                        Some(key)
+                    }
                     _ => {
                         return Err(StartError::MissingKey {
                             route: route.name.clone(),

@@ -23,15 +23,23 @@
 //!
 //! In pipeline order:
 //! - [`server`]: the HTTP server (edge limits, middleware order, graceful drain).
-//! - [`transport`]: client dialects (OpenAI SSE/JSON, Anthropic, WebSocket) and ops routes.
+//! - [`transport`]: client dialects (OpenAI SSE/JSON, Anthropic, WebSocket), who may call
+//!   them (client keys, browser tokens, per-key limits) and ops routes.
 //! - [`gateway`]: the one transport-agnostic entry point, `ChatRequest -> EventStream`.
-//! - [`router`]: pure, synchronous route planning over a config and health snapshot.
+//! - [`router`]: pure, synchronous route planning over a snapshot of config, health and the
+//!   session's lease, which the gateway takes first.
 //! - [`mux`]: attempts, the hedge race, the commit point, mid-stream policies, tool calls.
 //! - [`provider`]: upstream adapters (OpenAI, Anthropic) and error classification.
-//! - [`health`]: per-route TTFT windows, breakers, admission; written by the mux, read by
-//!   the router.
+//! - [`health`]: per-route TTFT windows, breakers, admission, and the session lease table;
+//!   written by the mux, copied by the gateway for the router.
 //! - [`sim`]: the simulated upstream, a real HTTP server driven by explicit scenarios.
-//! - [`config`], [`types`], [`telemetry`]: the TOML contract, neutral types, metrics.
+//! - [`config`], [`types`], [`telemetry`]: the TOML contract; the nouns more than one layer
+//!   uses (the request and its context, the plan, the error class, the mid-stream policy, the
+//!   prefill convention, the events, the envelope); metrics.
+//!
+//! Every import points down this list: no module imports one above it, and `types` imports
+//! no layer. The simulated upstream sits at the flow's far end (it imports nothing of the
+//! server's), so `config` may embed its `Scenario`.
 //!
 //! Outside the library: the `tailcut` binary (`src/main.rs`, a thin CLI), and the load
 //! benchmarks, a workspace crate of their own (`bench/`, the `tailcut-bench` binary) that

@@ -1,5 +1,5 @@
-//! The `tailcut` command: `serve` (default), `sim`, `check-config`. The benchmarks are the
-//! `tailcut-bench` command (bench/), so this binary does not carry them.
+//! The `tailcut` command: `serve` (default), `sim`, `check-config`, `keys new`. The
+//! benchmarks are the `tailcut-bench` command (bench/), so this binary does not carry them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +23,13 @@ enum Command {
         config: Option<PathBuf>,
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Serve a non-loopback address with no [auth] (as `server.allow_unauthenticated`).
+        #[arg(long)]
+        allow_unauthenticated: bool,
+        /// A browser origin allowed to call the API (adds to `[server.cors] allowed_origins`;
+        /// repeatable), e.g. the public address the embedded playground is served at.
+        #[arg(long = "allow-origin", value_name = "ORIGIN")]
+        allow_origins: Vec<String>,
     },
     /// Run the simulated upstream alone.
     Sim {
@@ -34,10 +41,35 @@ enum Command {
     },
     /// Validate a config file, listing every problem with its key path.
     CheckConfig { file: PathBuf },
+    /// Client keys for `[auth]`.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// A fresh random key, printed once on stderr, and its `[[auth.keys]]` lines (only its
+    /// SHA-256) on stdout: `tailcut keys new --tenant T >> tailcut.toml`.
+    New {
+        /// The `[tenants.*]` entry the key serves as.
+        #[arg(long)]
+        tenant: String,
+        /// The key's name in logs and tokens (default: `<tenant>-<8 hex of its hash>`).
+        #[arg(long)]
+        name: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Keys {
+        command: KeysCommand::New { tenant, name },
+    }) = &cli.command
+    {
+        return new_key(tenant, name.as_deref());
+    }
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -50,10 +82,18 @@ fn main() -> ExitCode {
         match cli.command.unwrap_or(Command::Serve {
             config: None,
             listen: None,
+            allow_unauthenticated: false,
+            allow_origins: Vec::new(),
         }) {
-            Command::Serve { config, listen } => serve(config, listen).await,
+            Command::Serve {
+                config,
+                listen,
+                allow_unauthenticated,
+                allow_origins,
+            } => serve(config, listen, allow_unauthenticated, &allow_origins).await,
             Command::Sim { listen, config } => sim(listen, config).await,
             Command::CheckConfig { file } => check_config(&file),
+            Command::Keys { .. } => ExitCode::SUCCESS,
         }
     })
 }
@@ -77,7 +117,12 @@ fn load(path: Option<&PathBuf>) -> Result<Config, ConfigError> {
     }
 }
 
-async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> ExitCode {
+async fn serve(
+    path: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    allow_unauthenticated: bool,
+    allow_origins: &[String],
+) -> ExitCode {
     let mut config = match load(path.as_ref()) {
         Ok(c) => c,
         Err(e) => {
@@ -87,6 +132,17 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> ExitCode {
     };
     if let Some(addr) = listen {
         config.server.listen = addr;
+    }
+    config.server.allow_unauthenticated |= allow_unauthenticated;
+    for origin in allow_origins {
+        match config::normalize_origin(origin) {
+            Ok(o) if !config.server.cors_allowed_origins.contains(&o) => config.server.cors_allowed_origins.push(o),
+            Ok(_) => {}
+            Err(why) => {
+                eprintln!("tailcut: --allow-origin {origin:?}: {why}");
+                return ExitCode::from(2);
+            }
+        }
     }
     let listener = match tokio::net::TcpListener::bind(config.server.listen).await {
         Ok(l) => l,
@@ -124,6 +180,25 @@ async fn sim(listen: SocketAddr, path: Option<PathBuf>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tailcut sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `tailcut keys new`: the config lines on stdout (safe to append to a file), the key itself
+/// on stderr, so it lands on the terminal and never in the file.
+fn new_key(tenant: &str, name: Option<&str>) -> ExitCode {
+    match tailcut::transport::auth::keygen::new_key(tenant, name) {
+        Ok(new) => {
+            print!("{}", new.toml);
+            eprintln!("{}", new.key);
+            eprintln!(
+                "(the key above is shown only now: give it to the client; the [[auth.keys]] lines on stdout hold only its SHA-256)"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tailcut keys new: {e}");
             ExitCode::FAILURE
         }
     }

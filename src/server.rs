@@ -6,8 +6,16 @@
 //! 2. hyper-util's connection builder: a header-read timeout (slowloris), a bounded header
 //!    buffer and header count, HTTP/1.1 and HTTP/2, WebSocket upgrades;
 //! 3. `DefaultBodyLimit`: request bodies over `max_body_bytes` get a 413;
-//! 4. the routes: chat transports (`transport::routes`) and ops (`transport::ops`).
-//!    Each chat stream holds a permit of `streams` (`max_streams`; none left → 503).
+//! 4. on the chat and ops routes (not the two pages): the origin guard (`transport::cors`),
+//!    which refuses a browser request from an origin not in `[server.cors] allowed_origins`
+//!    (nor the server's own loopback origins) with a 403 before anything runs, then
+//!    tower-http's CORS layer, which answers allowed preflights and adds
+//!    `Access-Control-Allow-Origin` to allowed answers. Layers that refuse requests without
+//!    credentials must sit inside these, or preflights (which carry none) would fail;
+//! 5. the routes: chat transports (`transport::routes`) and ops (`transport::ops`).
+//!    Each chat endpoint checks the caller's key or token first (`transport::auth`: 401,
+//!    403, 429 by the key's limits); with `[auth]`, `/admin` and `/metrics` need the admin
+//!    token. Each chat stream holds a permit of `streams` (`max_streams`; none left → 503).
 //!    `GET /` (playground) and `GET /dashboard` serve `static/` pages embedded in the binary.
 //!
 //! Shutdown (SIGTERM or ctrl-c): stop accepting, mark `/readyz` unready, let in-flight
@@ -37,9 +45,11 @@ use crate::transport;
 
 pub use crate::transport::AppState;
 
-/// The axum app with every route and the body limit.
-pub fn app(state: AppState) -> Router {
+/// The axum app with every route and the body limit, for a server bound to `local` (its
+/// loopback origins are allowed when it is on loopback).
+pub fn app(state: AppState, local: SocketAddr) -> Router {
     let limit = state.config.server.max_body_bytes;
+    let origins = transport::cors::Origins::new(&state.config.server.cors_allowed_origins, local);
     // Embedded so the binary serves them from any working directory; `no-cache` so a rebuilt
     // binary's pages are picked up without a stale copy.
     let page = |html: &'static str| {
@@ -53,8 +63,7 @@ pub fn app(state: AppState) -> Router {
             )
         })
     };
-    transport::routes()
-        .merge(transport::ops::routes())
+    transport::cors::apply(transport::routes().merge(transport::ops::routes()), origins)
         .route("/", page(include_str!("../static/index.html")))
         .route("/dashboard", page(include_str!("../static/dashboard.html")))
         .layer(DefaultBodyLimit::max(limit))
@@ -106,8 +115,14 @@ impl Running {
 }
 
 /// Starts the simulated upstream when the config needs one, builds the gateway, and
-/// serves on `listener` in a background task.
+/// serves on `listener` in a background task. Refuses a non-loopback `listener` when the
+/// config has no `[auth]` (unless `server.allow_unauthenticated`).
 pub async fn start(config: Config, listener: TcpListener) -> Result<Running, StartError> {
+    // Safe by default: without [auth], only loopback (see `Config::refuses_listen`).
+    let bound = listener.local_addr().map_err(StartError::Sim)?;
+    if config.refuses_listen(bound) {
+        return Err(StartError::Unauthenticated { addr: bound });
+    }
     let sim = if config.needs_sim() {
         let listen = config.sim.listen.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
         Some(
@@ -162,7 +177,10 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
         .keep_alive_timeout(std::time::Duration::from_secs(20));
     let connections = Arc::new(Semaphore::new(server.max_connections));
     let graceful = GracefulShutdown::new();
-    let app = app(state.clone());
+    // A bound listener always has its address; were it missing, port 0 is one no browser
+    // origin names, so only the configured list would match.
+    let local = listener.local_addr().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+    let app = app(state.clone(), local);
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {

@@ -1,6 +1,7 @@
 //! Configuration: the TOML contract (`raw`), its validation with every problem reported at
 //! once (`validate`), and the validated `Config` the rest of the server reads.
 
+mod auth;
 mod breaker;
 mod raw;
 mod routes;
@@ -13,7 +14,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use crate::types::MidStreamPolicy;
+pub use auth::{is_loopback, valid_key_name, AuthConfig, KeyConfig};
 pub use breaker::{BreakerConfig, ProbeMode};
+pub use sections::normalize_origin;
 pub use validate::{load_file, load_str, ConfigError, ConfigProblem};
 
 use crate::sim::Scenario;
@@ -40,6 +43,8 @@ pub struct Config {
     pub leases: LeaseConfig,
     pub cache: CacheConfig,
     pub sim: SimConfig,
+    /// `[auth]`: client keys and browser tokens; `None`: no auth, loopback only.
+    pub auth: Option<AuthConfig>,
 }
 
 impl Config {
@@ -81,15 +86,22 @@ pub struct ServerConfig {
     pub max_streams: usize,
     /// SSE `: ping` comment interval.
     pub sse_keepalive: Duration,
-    /// Origins allowed to open a WebSocket besides same-origin ones.
-    pub ws_allowed_origins: Vec<String>,
+    /// `[server.cors] allowed_origins`, each normalized as a browser sends it
+    /// (`scheme://host[:port]`, lowercase, no default port): the browser origins allowed to
+    /// call the API and open WebSockets (`transport::cors` adds the loopback ones).
+    pub cors_allowed_origins: Vec<String>,
     pub ws_max_message_bytes: usize,
     pub ws_buffer_bytes: usize,
     /// Outgoing WS messages queued per socket before a non-reading client is disconnected.
     pub ws_send_queue: usize,
     pub ws_ping_interval: Duration,
-    /// Name of the env var holding the bearer token for `/admin` writes.
+    /// Name of the env var holding the bearer token for `/admin` writes (and, with `[auth]`,
+    /// for every `/admin` route and `/metrics`).
     pub admin_token_env: Option<String>,
+    /// Serve a non-loopback address with no `[auth]` (anyone reaching it spends the keys).
+    pub allow_unauthenticated: bool,
+    /// With `[auth]`, serve `/metrics` without the admin token.
+    pub metrics_public: bool,
     /// Default deadline per logical request: it bounds the time to every first token (the
     /// first attempt's, failovers', hedges' and mid-stream recoveries'). It is also the most a
     /// client may ask for with `x-tailcut-deadline-ms`.

@@ -19,11 +19,20 @@ pub struct RawServer {
     pub deadline_ms: Option<u64>,
     pub max_stream_ms: Option<u64>,
     pub admin_token_env: Option<String>,
+    pub allow_unauthenticated: Option<bool>,
+    pub metrics_public: Option<bool>,
     pub ws: Option<RawWs>,
+    pub cors: Option<RawCors>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawCors {
+    pub allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 pub struct RawWs {
+    /// Moved to `[server.cors]`; read only to say so.
     pub allowed_origins: Option<Vec<String>>,
     pub max_message_bytes: Option<usize>,
     pub buffer_bytes: Option<usize>,
@@ -159,4 +168,25 @@ pub struct RawBreaker {
 pub struct RawSim {
     pub listen: Option<String>,
     pub scenarios: Option<BTreeMap<String, toml::Value>>,
+}
+
+/// `[auth]`: client keys (by SHA-256) and the browser tokens' secret. The keys are read one
+/// by one (as `RawKey`) so each problem is reported at `auth.keys[i]`.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawAuth {
+    pub token_secret_env: Option<String>,
+    pub keys: Option<Vec<toml::Value>>,
+}
+
+/// One `[[auth.keys]]` entry.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawKey {
+    pub name: Option<String>,
+    pub sha256: Option<String>,
+    pub tenant: Option<String>,
+    pub models: Option<Vec<String>>,
+    pub rpm: Option<u32>,
+    pub tpm: Option<u32>,
+    pub max_streams: Option<u32>,
+    pub priority: Option<String>,
 }

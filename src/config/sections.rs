@@ -1,10 +1,10 @@
-//! Validation of the plain sections: `[server]` (with `[server.ws]`), `[hedge]`, the
-//! mid-stream `[policies]` and `[breaker]`.
+//! Validation of the plain sections: `[server]` (with `[server.ws]` and `[server.cors]`),
+//! `[hedge]`, the mid-stream `[policies]` and `[breaker]`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::raw::{RawHedge, RawServer};
+use super::raw::{RawCors, RawHedge, RawServer};
 use super::validate::Validator;
 use super::{BreakerConfig, ProbeMode};
 use super::{HedgeConfig, MidStreamPolicy, PolicyConfig, ServerConfig};
@@ -12,6 +12,7 @@ use super::{HedgeConfig, MidStreamPolicy, PolicyConfig, ServerConfig};
 impl Validator {
     pub(super) fn server(&mut self, s: RawServer) -> ServerConfig {
         let ws = s.ws.unwrap_or_default();
+        let cors_allowed_origins = self.cors_origins(s.cors.unwrap_or_default(), ws.allowed_origins.is_some());
         let ms = Duration::from_millis;
         ServerConfig {
             listen: self.addr("server.listen", s.listen, "127.0.0.1:8080"),
@@ -23,12 +24,14 @@ impl Validator {
             max_connections: s.max_connections.unwrap_or(10_000),
             max_streams: s.max_streams.unwrap_or(5_000),
             sse_keepalive: ms(s.sse_keepalive_ms.unwrap_or(15_000)),
-            ws_allowed_origins: ws.allowed_origins.unwrap_or_default(),
+            cors_allowed_origins,
             ws_max_message_bytes: ws.max_message_bytes.unwrap_or(256 * 1024),
             ws_buffer_bytes: ws.buffer_bytes.unwrap_or(8 * 1024),
             ws_send_queue: ws.send_queue.unwrap_or(256).max(1),
             ws_ping_interval: ms(ws.ping_interval_ms.unwrap_or(20_000)),
             admin_token_env: s.admin_token_env,
+            allow_unauthenticated: s.allow_unauthenticated.unwrap_or(false),
+            metrics_public: s.metrics_public.unwrap_or(false),
             deadline: ms(s.deadline_ms.unwrap_or(60_000).max(1)),
             max_stream: ms(s.max_stream_ms.unwrap_or(600_000).max(1)),
         }
@@ -113,6 +116,100 @@ impl Validator {
 }
 
 impl Validator {
+    /// `[server.cors] allowed_origins`, normalized to the form browsers send in `Origin`.
+    fn cors_origins(&mut self, cors: RawCors, listed_under_ws: bool) -> Vec<String> {
+        if listed_under_ws {
+            self.problem(
+                "server.ws.allowed_origins",
+                "moved to [server.cors] allowed_origins (one list for HTTP and WebSocket alike)",
+            );
+        }
+        let mut origins = Vec::new();
+        for (i, text) in cors.allowed_origins.unwrap_or_default().iter().enumerate() {
+            match normalize_origin(text) {
+                Ok(origin) if origins.contains(&origin) => {}
+                Ok(origin) => origins.push(origin),
+                Err(why) => self.problem(format!("server.cors.allowed_origins[{i}]"), format!("{text:?}: {why}")),
+            }
+        }
+        origins
+    }
+}
+
+/// An exact origin as a browser serializes it: lowercase `scheme://host[:port]`, without the
+/// scheme's default port.
+pub fn normalize_origin(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.contains('*') {
+        return Err(
+            "wildcards are not allowed: every web site's scripts could then call tailcut from \
+             their visitors' browsers and spend its provider keys; list each origin"
+                .into(),
+        );
+    }
+    if text.eq_ignore_ascii_case("null") {
+        return Err(
+            "the opaque origin \"null\" (sandboxed frames, file:// pages) can be sent by any \
+             page; serve the page from a real origin and list that"
+                .into(),
+        );
+    }
+    let lower = text.to_ascii_lowercase();
+    let Some((scheme, authority)) = lower.split_once("://") else {
+        return Err("must be scheme://host[:port], e.g. https://app.example".into());
+    };
+    let default_port = match scheme {
+        "http" => 80,
+        "https" => 443,
+        _ => return Err("the scheme must be http or https".into()),
+    };
+    if let Some(bare) = authority.strip_suffix('/').filter(|a| !a.contains(['/', '?', '#'])) {
+        return Err(format!("no trailing slash: browsers send {scheme}://{bare}"));
+    }
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
+        return Err("an origin is scheme://host[:port] only: no path, query or user".into());
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (inside, rest) = v6.split_once(']').ok_or("an IPv6 address needs its closing ']'")?;
+            if inside.is_empty() || !inside.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
+                return Err("not an IPv6 address in brackets".into());
+            }
+            let port = match rest {
+                "" => None,
+                _ => Some(rest.strip_prefix(':').ok_or("only :port may follow an IPv6 address")?),
+            };
+            (&authority[..inside.len() + 2], port)
+        }
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    if !host.starts_with('[')
+        && (host.is_empty() || !host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+    {
+        return Err(
+            "the host must be a name (in its xn-- form if not ASCII), an IPv4 address or an IPv6 \
+             address in brackets"
+                .into(),
+        );
+    }
+    let port = match port {
+        None => None,
+        Some(p) => match p.parse::<u16>() {
+            Ok(0) | Err(_) => return Err(format!("{p:?} is not a port (1-65535)")),
+            Ok(p) if p == default_port => None,
+            Ok(p) => Some(p),
+        },
+    };
+    Ok(match port {
+        Some(p) => format!("{scheme}://{host}:{p}"),
+        None => format!("{scheme}://{host}"),
+    })
+}
+
+impl Validator {
     pub(super) fn breaker(&mut self, b: super::raw::RawBreaker) -> BreakerConfig {
         let d = BreakerConfig::default();
         let ms = Duration::from_millis;
@@ -190,6 +287,73 @@ mod tests {
             Err(ConfigError::Invalid(problems)) => problems.into_iter().map(|p| p.path).collect(),
             Err(e) => panic!("a validation error, not {e}"),
             Ok(_) => Vec::new(),
+        }
+    }
+
+    fn with_server(section: &str) -> Result<crate::config::Config, ConfigError> {
+        load_str(&format!(
+            "{section}\n[[routes]]\nname = \"a\"\nprovider = \"simulated\"\n[models.chat]\nroutes = [\"a\"]\n"
+        ))
+    }
+
+    #[test]
+    fn cors_origins_are_kept_as_browsers_send_them() {
+        let cfg = with_server(
+            "[server.cors]\nallowed_origins = [\"https://App.Example\", \"https://app.example:443\", \
+             \"http://localhost:5173\", \"http://[::1]:3000\"]",
+        )
+        .expect("valid");
+        assert_eq!(
+            cfg.server.cors_allowed_origins,
+            ["https://app.example", "http://localhost:5173", "http://[::1]:3000"],
+            "lowercase, default port dropped, duplicates merged"
+        );
+        let cfg = with_server("").expect("valid");
+        assert!(cfg.server.cors_allowed_origins.is_empty(), "no origins by default");
+    }
+
+    #[test]
+    fn bad_cors_origins_are_reported_with_their_path_and_reason() {
+        for (origin, why) in [
+            ("*", "wildcards are not allowed"),
+            ("https://*.example", "wildcards are not allowed"),
+            ("null", "opaque origin"),
+            ("app.example", "scheme://host"),
+            ("ftp://app.example", "http or https"),
+            ("https://app.example/", "no trailing slash"),
+            ("https://app.example/chat", "no path"),
+            ("https://user@app.example", "no path, query or user"),
+            ("https://app.example:99999", "not a port"),
+            ("https://", "no path, query or user"),
+            ("http://::1", "in brackets"),
+            ("https://bücher.example", "xn--"),
+        ] {
+            let section = format!("[server.cors]\nallowed_origins = [\"https://ok.example\", {origin:?}]");
+            match with_server(&section) {
+                Err(ConfigError::Invalid(problems)) => assert!(
+                    problems
+                        .iter()
+                        .any(|p| p.path == "server.cors.allowed_origins[1]" && p.message.contains(why)),
+                    "{origin:?} is refused at its index, saying {why:?}: {problems:?}"
+                ),
+                other => panic!(
+                    "{origin:?} must be refused, got {:?}",
+                    other.map(|c| c.server.cors_allowed_origins)
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn ws_allowed_origins_points_to_server_cors() {
+        match with_server("[server.ws]\nallowed_origins = [\"https://app.example\"]") {
+            Err(ConfigError::Invalid(problems)) => assert!(
+                problems
+                    .iter()
+                    .any(|p| p.path == "server.ws.allowed_origins" && p.message.contains("[server.cors]")),
+                "the old key names its new home: {problems:?}"
+            ),
+            other => panic!("the old key must be refused, got {:?}", other.is_ok()),
         }
     }
 

@@ -65,7 +65,7 @@ pub(super) struct Validator {
 
 const TOP_LEVEL: &[&str] = &[
     "server", "routes", "models", "tenants", "hedge", "policies", "limits", "breaker", "ranking", "leases", "cache",
-    "sim",
+    "sim", "auth",
 ];
 
 impl Validator {
@@ -112,6 +112,7 @@ impl Validator {
         let models = self.models(table.get("models"), &routes);
         let tenants = self.tenants(table.get("tenants"), &routes);
         let policies = self.policies(table.get("policies"));
+        let auth = self.auth(table.get("auth"), &tenants, &models);
         Config {
             server: self.server(server),
             routes,
@@ -125,6 +126,7 @@ impl Validator {
             leases: self.leases(leases),
             cache: self.cache(cache),
             sim,
+            auth,
         }
     }
 

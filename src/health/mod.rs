@@ -1,5 +1,5 @@
-//! Route health shared by the router (reads) and the mux (writes): TTFT and inter-token
-//! windows, breakers, cool-downs after 429s, AIMD admission, and hedge counters per route.
+//! Route health, written by the mux and copied by the gateway for the router (`views`): TTFT
+//! and inter-token windows, breakers, cool-downs after 429s, AIMD admission, hedge counters.
 //!
 //! One `Mutex` per route around pure state machines that take `now`: no task per route, no
 //! timers, so everything here runs under paused time in tests. The one background actor,

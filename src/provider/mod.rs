@@ -32,8 +32,8 @@ use futures::{FutureExt, Stream, StreamExt};
 
 pub use anthropic::AnthropicProvider;
 pub use error::{
-    classify_in_band, classify_response, classify_status, classify_transport, Blame, ErrorClass, ProviderError,
-    MAX_ERROR_BODY_BYTES,
+    classify_in_band, classify_response, classify_status, classify_transport, redact, register_secret, Blame,
+    ErrorClass, ProviderError, MAX_ERROR_BODY_BYTES, MIN_SECRET_CHARS,
 };
 pub use openai::OpenAiProvider;
 pub use retry_after::retry_after;

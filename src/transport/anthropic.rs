@@ -45,7 +45,16 @@ pub async fn messages(State(state): State<AppState>, headers: HeaderMap, body: B
         };
         Ok((req, how))
     };
-    serve_chat(&state, &headers, Dialect::Anthropic, error_response, prepare, reply).await
+    serve_chat(
+        &state,
+        &headers,
+        None,
+        Dialect::Anthropic,
+        error_response,
+        prepare,
+        reply,
+    )
+    .await
 }
 
 /// Waits for the commit point, then streams events or drains into one message. Before

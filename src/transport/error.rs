@@ -1,11 +1,17 @@
 //! An error as a client will see it (status, class, message, retry hint, envelope), built
 //! from gateway, stream and decoding failures and rendered by each dialect in its own format.
+//!
+//! Upstream text reaches a client only through a stream's `ErrorEvent`: its message and the
+//! envelope's `fell_back_from[].message` are tailcut's own words with a bounded, redacted
+//! excerpt (built so in `provider::error`), and are redacted once more here, the last step
+//! before any dialect renders them.
 
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::gateway::GatewayError;
+use crate::provider::redact;
 use crate::types::ErrorClass;
 use crate::types::{Envelope, ErrorEvent};
 
@@ -102,14 +108,20 @@ impl ErrorReply {
     /// retry hint is passed on only where waiting helps (`waiting_helps`): SDKs honour
     /// Retry-After, and a hint on a timeout or a 400 only makes them retry in vain.
     pub fn from_event(e: ErrorEvent) -> Self {
+        let mut envelope = e.envelope;
+        for failed in &mut envelope.fell_back_from {
+            redact_in_place(&mut failed.message);
+        }
+        let mut message = e.message;
+        redact_in_place(&mut message);
         ErrorReply {
             status: e.status,
             class: e.class,
-            message: e.message,
+            message,
             retry_after: e.retry_after.filter(|_| waiting_helps(e.class)),
             param: None,
             code: None,
-            envelope: Some(Box::new(e.envelope)),
+            envelope: Some(Box::new(envelope)),
         }
     }
 
@@ -185,6 +197,14 @@ fn waiting_helps(class: ErrorClass) -> bool {
         class,
         ErrorClass::RateLimited | ErrorClass::Overloaded | ErrorClass::Unavailable
     )
+}
+
+/// Messages are redacted when built; this pass (idempotent, allocating only when it finds
+/// something) keeps a message composed elsewhere from being the one that leaks.
+fn redact_in_place(text: &mut String) {
+    if let std::borrow::Cow::Owned(clean) = redact(text) {
+        *text = clean;
+    }
 }
 
 /// `retry-after` is whole seconds; round up so a client never retries too early.
@@ -431,6 +451,33 @@ mod tests {
         let resp = crate::transport::anthropic::error_response(&reply, "req_c");
         assert_eq!(resp.status(), 400, "Anthropic status");
         assert_eq!(body_json(resp).await["error"]["type"], "invalid_request_error");
+    }
+
+    #[test]
+    fn an_event_reaches_a_client_redacted_with_its_failed_attempts() {
+        let mut envelope = Envelope::default();
+        envelope.fell_back_from.push(crate::types::FailedAttempt {
+            route: "a".into(),
+            class: ErrorClass::Auth,
+            status: Some(401),
+            message: "echo authorization: Bearer sk-proj-0123456789abcdef".into(),
+            after_ms: 1,
+            after_tokens: 0,
+        });
+        let reply = ErrorReply::from_event(ErrorEvent {
+            class: ErrorClass::Unavailable,
+            status: 502,
+            message: "a (auth 401: x-api-key: sk-ant-api03-0123456789)".into(),
+            retry_after: None,
+            envelope,
+        });
+        assert_eq!(reply.message, "a (auth 401: x-api-key: [redacted])", "the message");
+        let failed = &reply.envelope.as_ref().map(|e| e.fell_back_from[0].message.clone());
+        assert_eq!(
+            failed.as_deref(),
+            Some("echo authorization: Bearer [redacted]"),
+            "fell_back_from[].message"
+        );
     }
 
     #[test]

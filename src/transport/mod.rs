@@ -19,10 +19,14 @@
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
 //! - `error`: errors as clients see them, rendered by each dialect.
+//! - `cors`: which browser origins may call (the allowlist, refusals, preflights).
+//! - `auth`: client keys, browser tokens (`POST /v1/tokens`), per-key limits, the admin token.
 //! - `ops`: health, readiness and metrics routes (mounted by the server).
 
 pub mod anthropic;
+pub mod auth;
 mod chat;
+pub mod cors;
 pub mod error;
 pub mod events;
 pub mod native;
@@ -46,4 +50,5 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/ws", any(ws::upgrade))
         .route("/v1/stream", post(native_sse::post_stream).get(native_sse::get_stream))
+        .route("/v1/tokens", post(auth::mint))
 }

@@ -1,5 +1,6 @@
 //! Native SSE for browsers: `POST /v1/stream` (OpenAI-style body, read with fetch) and
-//! `GET /v1/stream?q=<JSON request>` (for `EventSource`), streaming the native messages
+//! `GET /v1/stream?q=<JSON request>` (for `EventSource`, which cannot set headers, so with
+//! `[auth]` it passes a browser token as `&token=`), streaming the native messages
 //! as named events: `start`, `delta`, `tool_call`, `reset`, `route_switch`, `usage`,
 //! `done`, `error`.
 
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use serde::Deserialize;
 use tokio::sync::OwnedSemaphorePermit;
@@ -39,12 +40,13 @@ pub struct StreamQuery {
 }
 
 pub async fn post_stream(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    start(state, headers, decode_request(&body), ChatOptions::default()).await
+    start(state, headers, None, decode_request(&body), ChatOptions::default()).await
 }
 
 pub async fn get_stream(
     State(state): State<AppState>,
     headers: HeaderMap,
+    uri: Uri,
     Query(query): Query<StreamQuery>,
 ) -> Response {
     let decoded = match query.q.as_deref() {
@@ -61,12 +63,13 @@ pub async fn get_stream(
         session: query.session,
         region: query.region,
     };
-    start(state, headers, decoded, options).await
+    start(state, headers, super::auth::query_token(&uri), decoded, options).await
 }
 
 async fn start(
     state: AppState,
     headers: HeaderMap,
+    query_token: Option<String>,
     decoded: Result<ChatRequest, DecodeError>,
     options: ChatOptions,
 ) -> Response {
@@ -80,7 +83,16 @@ async fn start(
     };
     let answer =
         |events, request_id: String, permit| async move { reply(events, &request_id, keepalive, permit).await };
-    serve_chat(&state, &headers, Dialect::Native, error_response, prepare, answer).await
+    serve_chat(
+        &state,
+        &headers,
+        query_token.as_deref(),
+        Dialect::Native,
+        error_response,
+        prepare,
+        answer,
+    )
+    .await
 }
 
 /// Waits for the commit point (before it, failures are real HTTP errors with a JSON body

@@ -49,7 +49,7 @@ pub async fn chat_completions(State(state): State<AppState>, headers: HeaderMap,
         };
         Ok((req, how))
     };
-    serve_chat(&state, &headers, Dialect::OpenAi, error_response, prepare, reply).await
+    serve_chat(&state, &headers, None, Dialect::OpenAi, error_response, prepare, reply).await
 }
 
 /// Waits for the commit point, then streams chunks or drains into one completion. Before
@@ -84,8 +84,16 @@ pub fn error_response(reply: &ErrorReply, request_id: &str) -> Response {
     json_response(reply.status, reply.headers(request_id), response::error_json(reply))
 }
 
-pub async fn list_models(State(state): State<AppState>) -> Response {
-    json_response(200, HeaderMap::new(), models_json(&state.gateway.models()))
+/// With `[auth]`, the caller's key (or token) is required, and only its models are listed.
+pub async fn list_models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match state.access.caller(&headers, None) {
+        Ok(caller) => {
+            let mut models = state.gateway.models();
+            models.retain(|m| caller.may_use(&m.name));
+            json_response(200, HeaderMap::new(), models_json(&models))
+        }
+        Err(refusal) => error_response(&refusal.reply(), &RequestCtx::new(Dialect::OpenAi).request_id),
+    }
 }
 
 #[derive(Serialize)]

@@ -1,5 +1,6 @@
 //! `AppState`: what every handler shares (the gateway, the config, the stream permits, the
-//! metrics handle, the draining flag). The server builds it; the transports read it.
+//! client keys and their limits, the metrics handle, the draining flag). The server builds
+//! it; the transports read it.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::transport::auth::Access;
 
 /// Shared state every handler gets.
 #[derive(Clone)]
@@ -17,6 +19,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// One permit per open chat stream; none left → 503.
     pub streams: Arc<Semaphore>,
+    /// `[auth]`: the client keys, their live limits, the token signer.
+    pub access: Arc<Access>,
     pub metrics: Option<PrometheusHandle>,
     /// Set once shutdown began: `/readyz` answers 503.
     pub draining: Arc<AtomicBool>,
@@ -27,6 +31,7 @@ impl AppState {
         let config = Arc::clone(gateway.config());
         AppState {
             streams: Arc::new(Semaphore::new(config.server.max_streams)),
+            access: Arc::new(Access::new(&config)),
             gateway,
             config,
             metrics: crate::telemetry::install(),

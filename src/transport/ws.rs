@@ -1,16 +1,19 @@
-//! The WebSocket transport, `GET /v1/ws`: checks the Origin, upgrades with bounded frame and
-//! buffer sizes, and runs one session per socket (protocol in docs/ws-protocol.md).
+//! The WebSocket transport, `GET /v1/ws`: checks the Origin against the CORS allowlist,
+//! upgrades with bounded frame and buffer sizes, and runs one session per socket (protocol in
+//! docs/ws-protocol.md).
 
 mod protocol;
 mod session;
 mod streams;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, Uri};
 use axum::response::Response;
+use axum::Extension;
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
@@ -18,6 +21,7 @@ use tokio::sync::mpsc;
 pub use protocol::{parse, ClientMessage, ProtocolError};
 pub use session::{Session, MAX_REQUESTS_PER_SOCKET};
 
+use super::cors::Origins;
 use super::error::ErrorReply;
 use super::native::ServerMessage;
 use super::sse_out::json_response;
@@ -27,14 +31,16 @@ use crate::types::{Dialect, RequestCtx};
 /// How long a closing socket may take to deliver its close frame before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-pub async fn upgrade(State(state): State<AppState>, headers: HeaderMap, uri: Uri, ws: WebSocketUpgrade) -> Response {
+pub async fn upgrade(
+    State(state): State<AppState>,
+    Extension(origins): Extension<Arc<Origins>>,
+    headers: HeaderMap,
+    uri: Uri,
+    ws: WebSocketUpgrade,
+) -> Response {
     let origin = headers.get(header::ORIGIN).map(|v| v.to_str().unwrap_or("\u{fffd}"));
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| uri.authority().map(|a| a.as_str()));
     let server = &state.config.server;
-    if !origin_allowed(origin, host, &server.ws_allowed_origins) {
+    if !origin_allowed(origin, &origins) {
         let body = ServerMessage::Error {
             id: None,
             class: "forbidden".into(),
@@ -44,12 +50,19 @@ pub async fn upgrade(State(state): State<AppState>, headers: HeaderMap, uri: Uri
         };
         return json_response(403, HeaderMap::new(), body.to_json().into_bytes());
     }
-    let base = match RequestCtx::from_headers(&headers, Dialect::Native) {
+    let mut base = match RequestCtx::from_headers(&headers, Dialect::Native) {
         Ok(ctx) => ctx,
         Err(e) => {
             let body = ServerMessage::from_gateway(None, &e).to_json();
             return json_response(ErrorReply::from_gateway(&e).status, HeaderMap::new(), body.into_bytes());
         }
+    };
+    // The key or token (`?token=` from browsers) is checked once here; each request on the
+    // socket is then admitted against the key's models and limits (`Caller::gated`).
+    let query_token = super::auth::query_token(&uri);
+    let caller = match state.access.authorize(&headers, query_token.as_deref(), &mut base) {
+        Ok(caller) => caller,
+        Err(refusal) => return super::native_sse::error_response(&refusal.reply(), &base.request_id),
     };
     let max_message = server.ws_max_message_bytes;
     let buffer = server.ws_buffer_bytes;
@@ -60,18 +73,19 @@ pub async fn upgrade(State(state): State<AppState>, headers: HeaderMap, uri: Uri
         // Only grows past write_buffer_size while the client is not reading; one large
         // outgoing message on top is the most it may hold.
         .max_write_buffer_size(buffer.saturating_add(max_message.max(1 << 20)))
-        .on_upgrade(move |socket| serve(socket, state, base))
+        .on_upgrade(move |socket| serve(socket, state, base, caller))
 }
 
 /// Runs one socket: the session loop and the writer are two futures of this one task, so
 /// nothing outlives the connection.
-async fn serve(socket: WebSocket, state: AppState, base: RequestCtx) {
+async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: super::auth::Caller) {
     let server = &state.config.server;
     let (mut sink, incoming) = socket.split();
     // Capacity = how far a client may fall behind before it is closed as too slow.
     let (out, queued) = mpsc::channel(server.ws_send_queue.max(1));
     let gateway = state.gateway.clone();
-    let session = Session::new(move |req, ctx| gateway.chat(req, ctx), base, state.streams.clone(), out);
+    let chat = caller.gated(move |req, ctx| gateway.chat(req, ctx));
+    let session = Session::new(chat, base, state.streams.clone(), out);
     let close = {
         let writer = write_queued(&mut sink, queued);
         tokio::pin!(writer);
@@ -99,99 +113,65 @@ async fn write_queued(sink: &mut SplitSink<WebSocket, Message>, mut queued: mpsc
     }
 }
 
-/// Browsers send `Origin`; other clients usually do not. No Origin is allowed (not a
-/// browser, so no cross-site risk); otherwise the origin must be this host, or listed.
-pub fn origin_allowed(origin: Option<&str>, host: Option<&str>, allowed: &[String]) -> bool {
-    let Some(origin) = origin.map(str::trim) else {
-        return true;
-    };
-    let origin = origin.trim_end_matches('/').to_ascii_lowercase();
-    if allowed
-        .iter()
-        .any(|a| a == "*" || a.trim().trim_end_matches('/').eq_ignore_ascii_case(&origin))
-    {
-        return true;
-    }
-    let Some((scheme, authority)) = origin.split_once("://") else {
-        return false;
-    };
-    let Some(host) = host.map(|h| h.trim().to_ascii_lowercase()) else {
-        return false;
-    };
-    !authority.is_empty() && without_default_port(scheme, authority) == without_default_port(scheme, &host)
-}
-
-fn without_default_port<'a>(scheme: &str, authority: &'a str) -> &'a str {
-    let default = match scheme {
-        "http" | "ws" => ":80",
-        "https" | "wss" => ":443",
-        _ => return authority,
-    };
-    authority.strip_suffix(default).unwrap_or(authority)
+/// Browsers always send `Origin` on an upgrade; other clients usually do not. No Origin is
+/// allowed (not a browser, so no cross-site risk); otherwise it must be in the same allowlist
+/// as HTTP (`cors::Origins`). It is never compared with `Host`, which a DNS-rebinding page
+/// controls as well as its Origin.
+pub fn origin_allowed(origin: Option<&str>, origins: &Origins) -> bool {
+    origin.is_none_or(|o| origins.allows(o))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn allowed(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
+    fn origins(listed: &[&str], local: &str) -> Origins {
+        let listed: Vec<String> = listed.iter().map(|s| s.to_string()).collect();
+        Origins::new(&listed, local.parse().expect("address"))
     }
 
     #[test]
     fn no_origin_is_allowed() {
         assert!(
-            origin_allowed(None, Some("api.example.com"), &[]),
+            origin_allowed(None, &origins(&[], "10.0.0.5:8080")),
             "non-browser clients send no Origin"
         );
     }
 
     #[test]
-    fn same_origin_is_allowed() {
+    fn the_servers_own_loopback_origin_is_allowed() {
+        let o = origins(&[], "127.0.0.1:8080");
         assert!(
-            origin_allowed(Some("http://127.0.0.1:8080"), Some("127.0.0.1:8080"), &[]),
-            "same host and port"
+            origin_allowed(Some("http://127.0.0.1:8080"), &o),
+            "the playground's origin"
         );
+        assert!(origin_allowed(Some("http://localhost:8080"), &o), "localhost");
         assert!(
-            origin_allowed(Some("https://App.Example.com"), Some("app.example.com"), &[]),
-            "case-insensitive"
+            !origin_allowed(Some("http://127.0.0.1:9999"), &o),
+            "another port is another origin"
         );
+    }
+
+    #[test]
+    fn a_dns_rebinding_origin_is_refused() {
+        // evil.example resolves to 127.0.0.1: the browser sends Host: evil.example:8080 and
+        // Origin: http://evil.example:8080. The old Origin == Host check let it in.
+        let o = origins(&[], "127.0.0.1:8080");
         assert!(
-            origin_allowed(Some("https://app.example.com"), Some("app.example.com:443"), &[]),
-            "default port"
+            !origin_allowed(Some("http://evil.example:8080"), &o),
+            "a rebound name is not this server's origin"
         );
     }
 
     #[test]
     fn other_origins_are_refused_unless_listed() {
+        let o = origins(&["https://chat.example.com"], "10.0.0.5:8080");
+        assert!(origin_allowed(Some("https://chat.example.com"), &o), "listed origin");
+        assert!(!origin_allowed(Some("https://evil.example"), &o), "cross-site refused");
+        assert!(!origin_allowed(Some("null"), &o), "opaque origin refused");
         assert!(
-            !origin_allowed(Some("https://evil.example"), Some("app.example.com"), &[]),
-            "cross-site refused"
-        );
-        assert!(
-            !origin_allowed(Some("http://127.0.0.1:9999"), Some("127.0.0.1:8080"), &[]),
-            "another port is another origin"
-        );
-        assert!(
-            !origin_allowed(Some("null"), Some("app.example.com"), &[]),
-            "opaque origin refused"
-        );
-        let list = allowed(&["https://chat.example.com/"]);
-        assert!(
-            origin_allowed(Some("https://chat.example.com"), Some("api.example.com"), &list),
-            "listed origin"
-        );
-        assert!(
-            origin_allowed(Some("https://anything.example"), None, &allowed(&["*"])),
-            "wildcard allows all"
-        );
-    }
-
-    #[test]
-    fn an_origin_without_a_host_to_compare_is_refused() {
-        assert!(
-            !origin_allowed(Some("https://app.example.com"), None, &[]),
-            "no Host, no same-origin"
+            !origin_allowed(Some("http://10.0.0.5:8080"), &o),
+            "the server's own public origin must be listed: Host cannot prove it"
         );
     }
 }

@@ -1,5 +1,6 @@
 //! `RequestCtx`: everything about a request that is not the chat itself (its id, dialect,
-//! deadline, priority, session, region, tenant, task), read by every layer below the edge.
+//! deadline, priority, session, region, tenant, task, client key), read by every layer below
+//! the edge.
 
 use std::time::Duration;
 
@@ -50,6 +51,9 @@ pub struct RequestCtx {
     pub tenant: Option<String>,
     /// `x-tailcut-task`: the task type the quality floor is checked for.
     pub task: Option<String>,
+    /// With `[auth]`: the name of the client key the request came with (directly or through
+    /// a token minted with it); never the key itself. Its tenant is in `tenant`.
+    pub key: Option<String>,
 }
 
 impl RequestCtx {
@@ -65,6 +69,7 @@ impl RequestCtx {
             region: None,
             tenant: None,
             task: None,
+            key: None,
         }
     }
 }

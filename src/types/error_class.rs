@@ -40,6 +40,10 @@ pub enum ErrorClass {
     NoRoute,
     /// A bug in tailcut.
     Internal,
+    /// The client's key or token is missing, wrong or expired (`[auth]`): 401.
+    Unauthenticated,
+    /// The client's key may not do this (another tenant, a model off its list): 403.
+    Forbidden,
 }
 
 /// Who is at fault, for logs and alerting.
@@ -67,6 +71,8 @@ impl ErrorClass {
             ErrorClass::Overloaded => "overloaded",
             ErrorClass::NoRoute => "no_route",
             ErrorClass::Internal => "internal",
+            ErrorClass::Unauthenticated => "unauthenticated",
+            ErrorClass::Forbidden => "forbidden",
         }
     }
 
@@ -101,7 +107,10 @@ impl ErrorClass {
 
     pub fn blame(self) -> Blame {
         match self {
-            ErrorClass::BadRequest | ErrorClass::ContextLength => Blame::Client,
+            ErrorClass::BadRequest
+            | ErrorClass::ContextLength
+            | ErrorClass::Unauthenticated
+            | ErrorClass::Forbidden => Blame::Client,
             ErrorClass::Auth
             | ErrorClass::Quota
             | ErrorClass::NotFound
@@ -128,6 +137,8 @@ impl ErrorClass {
             ErrorClass::NoRoute => 400,
             ErrorClass::Overloaded => 503,
             ErrorClass::Internal => 500,
+            ErrorClass::Unauthenticated => 401,
+            ErrorClass::Forbidden => 403,
         }
     }
 

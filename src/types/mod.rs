@@ -1,4 +1,6 @@
-//! Provider-neutral types: what a client asked for, what the mux emits, and the envelope.
+//! Provider-neutral nouns every layer shares: what a client asked for and its context, the
+//! plan, error classes, policies, prefill conventions, what the mux emits, and the envelope.
+//! This module imports no layer.
 
 mod ctx;
 mod envelope;

@@ -1,11 +1,17 @@
-"""The official anthropic SDK, unmodified, against a running tailcut (tests/sdk/sdk.toml)."""
+"""The official anthropic SDK, unmodified, against a running tailcut (tests/sdk/sdk.toml).
+
+With TAILCUT_API_KEY set (.ci/run serves sdk.toml with [auth] and a fresh key), the key is
+the SDK's api_key (sent as x-api-key), and the refusals are checked too.
+"""
 import json
+import os
 import sys
 
 import anthropic
 
 BASE = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:18080"
-client = anthropic.Anthropic(base_url=BASE, api_key="unused", max_retries=0, timeout=30)
+API_KEY = os.environ.get("TAILCUT_API_KEY")
+client = anthropic.Anthropic(base_url=BASE, api_key=API_KEY or "unused", max_retries=0, timeout=30)
 failures = []
 total = 0
 TEXT = "Hello from tailcut through the official SDK."
@@ -95,6 +101,27 @@ def truncation_is_an_exception():
     raise AssertionError(f"a truncated stream ended like a complete one: {got!r}")
 
 
+def wrong_key_is_authentication_error():
+    wrong = anthropic.Anthropic(base_url=BASE, api_key="tc_not-a-key", max_retries=0, timeout=30)
+    try:
+        wrong.messages.create(model="chat", max_tokens=16, messages=HI)
+    except anthropic.AuthenticationError as e:
+        assert e.body["error"]["type"] == "authentication_error", e.body
+        assert "tc_not-a-key" not in str(e), e
+        return
+    raise AssertionError("expected AuthenticationError")
+
+
+def foreign_tenant_is_permission_denied():
+    try:
+        client.messages.create(model="chat", max_tokens=16, messages=HI,
+                               extra_headers={"x-tailcut-tenant": "someone-else"})
+    except anthropic.PermissionDeniedError as e:
+        assert e.body["error"]["type"] == "permission_error", e.body
+        return
+    raise AssertionError("expected PermissionDeniedError")
+
+
 check("openai route streams text to the anthropic SDK", streams_text("chat"))
 check("anthropic route streams text", streams_text("chat-anthropic"))
 check("raw events carry their types", raw_events_are_typed)
@@ -105,6 +132,9 @@ check("restart before anything visible is invisible", tool_use("tools-flaky"))
 check("unknown model -> BadRequestError", unknown_model_is_bad_request)
 check("all routes 429 -> RateLimitError with retry-after", rate_limited_is_rate_limit_error)
 check("mid-stream truncate -> APIStatusError, not a normal end", truncation_is_an_exception)
+if API_KEY:
+    check("wrong key -> AuthenticationError (401)", wrong_key_is_authentication_error)
+    check("another tenant -> PermissionDeniedError (403)", foreign_tenant_is_permission_denied)
 
 print(f"anthropic SDK checks: {total - len(failures)} ok, {len(failures)} failing")
 sys.exit(1 if failures else 0)

@@ -1,11 +1,17 @@
-"""The official openai SDK, unmodified, against a running tailcut (tests/sdk/sdk.toml)."""
+"""The official openai SDK, unmodified, against a running tailcut (tests/sdk/sdk.toml).
+
+With TAILCUT_API_KEY set (.ci/run serves sdk.toml with [auth] and a fresh key), the key is
+the SDK's api_key, and the refusals are checked too: a wrong key, a foreign tenant.
+"""
 import json
+import os
 import sys
 
 import openai
 
 BASE = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:18080/v1"
-client = openai.OpenAI(base_url=BASE, api_key="unused", max_retries=0, timeout=30)
+API_KEY = os.environ.get("TAILCUT_API_KEY")
+client = openai.OpenAI(base_url=BASE, api_key=API_KEY or "unused", max_retries=0, timeout=30)
 failures = []
 CHECKS = 0
 
@@ -99,6 +105,31 @@ def truncation_is_an_exception():
     raise AssertionError(f"a truncated stream ended like a complete one: {got!r}")
 
 
+def wrong_key_is_authentication_error():
+    wrong = openai.OpenAI(base_url=BASE, api_key="tc_not-a-key", max_retries=0, timeout=30)
+    try:
+        wrong.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}])
+    except openai.AuthenticationError as e:
+        assert "tc_not-a-key" not in str(e), e
+        return
+    raise AssertionError("expected AuthenticationError")
+
+
+def foreign_tenant_is_permission_denied():
+    try:
+        client.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"x-tailcut-tenant": "someone-else"})
+    except openai.PermissionDeniedError:
+        return
+    raise AssertionError("expected PermissionDeniedError")
+
+
+def models_are_listed_for_the_key():
+    ids = [m.id for m in client.models.list()]
+    assert "chat" in ids, ids
+
+
 check("openai route streams text and usage", streams_text("chat"))
 check("anthropic route streams text to the openai SDK", streams_text("chat-anthropic"))
 check("non-streaming completion", non_streaming)
@@ -108,6 +139,10 @@ check("restart before anything visible is invisible", tool_call("tools-flaky"))
 check("unknown model -> BadRequestError", unknown_model_is_bad_request)
 check("all routes 429 -> RateLimitError with retry-after", rate_limited_is_rate_limit_error)
 check("mid-stream truncate -> APIError, not a normal end", truncation_is_an_exception)
+if API_KEY:
+    check("wrong key -> AuthenticationError (401)", wrong_key_is_authentication_error)
+    check("another tenant -> PermissionDeniedError (403)", foreign_tenant_is_permission_denied)
+    check("models are listed with the key", models_are_listed_for_the_key)
 
 print(f"openai SDK checks: {CHECKS - len(failures)} ok, {len(failures)} failing")
 sys.exit(1 if failures else 0)

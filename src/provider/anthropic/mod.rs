@@ -110,7 +110,10 @@ mod tests {
             .expect("529 does not open");
         assert_eq!((e.class, e.status), (ErrorClass::Unavailable, Some(529)));
         assert_eq!(e.retry_after, Some(Duration::from_secs(4)));
-        assert_eq!(e.message, "Overloaded");
+        assert_eq!(
+            e.message, "upstream answered 529: unavailable; upstream said: \"Overloaded\"",
+            "our words, then the upstream's"
+        );
     }
 
     #[tokio::test]

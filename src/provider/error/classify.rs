@@ -7,6 +7,10 @@
 //! a 429 (or 400/403) that is about billing is `Quota`, not a transient rate limit (§6.1
 //! `insufficient_quota`, §6.3 "credit balance is too low"); a 400 about the prompt's size
 //! is `ContextLength`. A 404 is `NotFound`: the route's model or URL is wrong.
+//!
+//! Upstream text is never relayed as is: a message is tailcut's own words for the class
+//! ("upstream answered 401: authentication failed (…)") followed by at most
+//! `MAX_EXCERPT_CHARS` of what the upstream said, redacted before it is cut.
 
 use reqwest::header::HeaderMap;
 use serde_json::Value;
@@ -18,8 +22,11 @@ use crate::provider::retry_after::retry_after;
 /// At most this much of an error response body is read.
 pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
-/// Provider messages are cut to this many characters.
-const MAX_MESSAGE_CHARS: usize = 500;
+/// What an upstream said is quoted, redacted, in at most this many characters.
+pub const MAX_EXCERPT_CHARS: usize = 200;
+
+/// A transport failure's detail (our client's words, naming the URL) is cut to this many.
+const MAX_DETAIL_CHARS: usize = 500;
 
 /// `error.type` / `error.code` values that mean the account is out of credit or quota.
 const QUOTA_CODES: [&str; 4] = [
@@ -52,16 +59,11 @@ const CONTEXT_PHRASES: [&str; 6] = [
 pub fn classify_status(status: u16, headers: &HeaderMap, body: &[u8]) -> ProviderError {
     let body = &body[..body.len().min(MAX_ERROR_BODY_BYTES)];
     let json: Option<Value> = serde_json::from_slice(body).ok();
-    let message = json
+    let said = json
         .as_ref()
         .and_then(error_message)
-        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
-    let signals = Signals::of(json.as_ref(), &message);
-    let message = if message.is_empty() {
-        format!("HTTP {status}")
-    } else {
-        clean(&message)
-    };
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let signals = Signals::of(json.as_ref(), &said);
     let class = match status {
         402 => ErrorClass::Quota,
         400 | 403 | 429 if signals.quota() => ErrorClass::Quota,
@@ -76,17 +78,7 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &[u8]) -> Provide
         400..=499 => ErrorClass::BadRequest,
         _ => ErrorClass::Protocol,
     };
-    let message = match class {
-        ErrorClass::NotFound => {
-            format!("model or endpoint not found (check the route's base_url and model): {message}")
-        }
-        ErrorClass::Auth => format!("upstream rejected our credentials (check the route's api key): {message}"),
-        ErrorClass::Quota => {
-            format!("the route's upstream account is out of credit or quota (check its plan and billing): {message}")
-        }
-        ErrorClass::Protocol => format!("unexpected HTTP status {status}: {message}"),
-        _ => message,
-    };
+    let message = quoting(format!("upstream answered {status}: {}", summary(class)), &said);
     // A quota's Retry-After (if any) is the rate window's, not when credit comes back:
     // how long to cool the route is the health module's call.
     let retry_after = match class {
@@ -135,7 +127,7 @@ pub fn classify_transport(err: &reqwest::Error) -> ProviderError {
         (ErrorClass::Unavailable, "upstream connection failed")
     };
     // The detail names the URL, whose query may carry a key.
-    ProviderError::new(class, clean(&format!("{what}: {detail}")))
+    ProviderError::new(class, bound(&redact(&format!("{what}: {detail}")), MAX_DETAIL_CHARS))
 }
 
 /// Classifies an error payload that arrived inside a 200 stream (T10): OpenAI-style
@@ -144,8 +136,6 @@ pub fn classify_in_band(payload: &Value) -> ProviderError {
     let raw = error_message(payload);
     let signals = Signals::of(Some(payload), raw.as_deref().unwrap_or(""));
     let (kind, code) = (signals.kind, signals.code);
-    let message = raw.map(|m| clean(&m));
-    let message = message.unwrap_or_else(|| "upstream reported an error in the stream".to_string());
     let typed = [code, kind].into_iter().find_map(class_of_error_type);
     let class = match typed {
         // A generic type (or none) says less than a billing message does.
@@ -157,13 +147,63 @@ pub fn classify_in_band(payload: &Value) -> ProviderError {
         Some(class) => class,
         None => ErrorClass::Unavailable,
     };
-    let label = if kind.is_empty() { code } else { kind };
-    let message = if label.is_empty() {
-        message
-    } else {
-        format!("{label}: {message}")
+    let label = [kind, code].into_iter().find(|l| is_type_name(l));
+    let own = match label {
+        Some(label) => format!("upstream reported an error in the stream ({label}): {}", summary(class)),
+        None => format!("upstream reported an error in the stream: {}", summary(class)),
     };
-    ProviderError::new(class, message)
+    ProviderError::new(class, quoting(own, raw.as_deref().unwrap_or("")))
+}
+
+/// tailcut's own words for an upstream failure of `class`.
+fn summary(class: ErrorClass) -> &'static str {
+    match class {
+        ErrorClass::RateLimited => "rate limited",
+        ErrorClass::Unavailable | ErrorClass::Overloaded => "unavailable",
+        ErrorClass::Timeout => "timed out",
+        ErrorClass::Protocol => "an unexpected status",
+        ErrorClass::BadRequest => "the request was rejected",
+        ErrorClass::Auth => "authentication failed (check the route's api key)",
+        ErrorClass::Refusal => "the model refused",
+        ErrorClass::InvalidOutput => "the answer was invalid",
+        ErrorClass::ContextLength => "the prompt does not fit the model's context window",
+        ErrorClass::Quota => "the account is out of credit or quota (check its plan and billing)",
+        ErrorClass::NotFound => "model or endpoint not found (check the route's base_url and model)",
+        // Never an upstream's answer; named for completeness.
+        ErrorClass::NoRoute | ErrorClass::Internal | ErrorClass::Unauthenticated | ErrorClass::Forbidden => "failed",
+    }
+}
+
+/// An upstream's `error.type` / `code` is named in our message only when it looks like
+/// one (a short snake_case word), never as free text.
+fn is_type_name(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 48
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// `own`, followed by an excerpt of what the upstream said when it said anything.
+fn quoting(own: String, said: &str) -> String {
+    let excerpt = excerpt(said);
+    if excerpt.is_empty() {
+        own
+    } else {
+        format!("{own}; upstream said: \"{excerpt}\"")
+    }
+}
+
+/// Upstream text as it may be shown: one line, redacted, then cut to `MAX_EXCERPT_CHARS`
+/// (redacted first, so a cut never leaves part of a secret unrecognised; and again after
+/// the control characters become spaces, which can complete a `Bearer <token>`).
+fn excerpt(said: &str) -> String {
+    let one_line: String = redact(said)
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    bound(&redact(&one_line), MAX_EXCERPT_CHARS)
 }
 
 fn class_of_error_type(kind: &str) -> Option<ErrorClass> {
@@ -239,13 +279,8 @@ fn error_message(body: &Value) -> Option<String> {
     message.map(str::trim).filter(|m| !m.is_empty()).map(str::to_string)
 }
 
-/// Redacted first, then bounded, so a cut never leaves part of a secret unrecognised.
-fn clean(message: &str) -> String {
-    bound(&redact(message))
-}
-
-fn bound(message: &str) -> String {
-    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+fn bound(message: &str, max_chars: usize) -> String {
+    match message.char_indices().nth(max_chars) {
         Some((cut, _)) => format!("{}…", &message[..cut]),
         None => message.to_string(),
     }
@@ -276,7 +311,10 @@ mod tests {
         );
         assert_eq!(e.class, ErrorClass::RateLimited);
         assert_eq!(e.status, Some(429));
-        assert_eq!(e.message, "Rate limit reached", "message from error.message");
+        assert_eq!(
+            e.message, "upstream answered 429: rate limited; upstream said: \"Rate limit reached\"",
+            "our words, then an excerpt of error.message"
+        );
         assert_eq!(e.retry_after, Some(Duration::from_secs(2)));
     }
 
@@ -288,7 +326,10 @@ mod tests {
             Some(Duration::from_millis(250)),
             "retry-after-ms has precedence"
         );
-        assert_eq!(e.message, "HTTP 429", "empty body falls back to the status");
+        assert_eq!(
+            e.message, "upstream answered 429: rate limited",
+            "an empty body adds no excerpt"
+        );
     }
 
     #[test]
@@ -300,7 +341,10 @@ mod tests {
                 r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
             );
             assert_eq!(e.class, ErrorClass::Unavailable, "status {code}");
-            assert_eq!(e.message, "Overloaded");
+            assert_eq!(
+                e.message,
+                format!("upstream answered {code}: unavailable; upstream said: \"Overloaded\"")
+            );
         }
         assert_eq!(
             status(409, &[], "").class,
@@ -449,13 +493,31 @@ mod tests {
     fn long_messages_and_bodies_are_bounded() {
         let body = format!(r#"{{"error":{{"message":"{}"}}}}"#, "é".repeat(2000));
         let e = status(500, &[], &body);
-        assert_eq!(
-            e.message.chars().count(),
-            MAX_MESSAGE_CHARS + 1,
-            "500 chars plus an ellipsis"
+        let quoted = format!("\"{}…\"", "é".repeat(MAX_EXCERPT_CHARS));
+        assert!(
+            e.message.ends_with(&format!("upstream said: {quoted}")),
+            "{MAX_EXCERPT_CHARS} chars plus an ellipsis: {}",
+            e.message
         );
         let huge = "x".repeat(MAX_ERROR_BODY_BYTES * 2);
-        assert!(status(500, &[], &huge).message.chars().count() <= MAX_MESSAGE_CHARS + 1);
+        let own = "upstream answered 500: unavailable; upstream said: \"\""
+            .chars()
+            .count();
+        assert!(status(500, &[], &huge).message.chars().count() <= own + MAX_EXCERPT_CHARS + 1);
+    }
+
+    #[test]
+    fn upstream_text_is_quoted_on_one_line_after_our_own_words() {
+        let e = status(401, &[], "<html>\n<body>401\tUnauthorized\r\n</body>\n</html>");
+        assert_eq!(
+            e.message,
+            "upstream answered 401: authentication failed (check the route's api key); upstream said: \"<html> <body>401 Unauthorized </body> </html>\""
+        );
+        let typed = in_band(r#"{"error":{"message":"m","type":"Bearer abc DEF","code":"server_error"}}"#);
+        assert_eq!(
+            typed.message, "upstream reported an error in the stream (server_error): unavailable; upstream said: \"m\"",
+            "a type that is not a snake_case name is never quoted"
+        );
     }
 
     #[test]
@@ -473,11 +535,14 @@ mod tests {
             &[],
             "upstream saw Authorization: Bearer abcDEF123456789 and gave up",
         );
-        assert_eq!(
-            plain.message,
-            "upstream saw Authorization: Bearer [redacted] and gave up"
+        assert!(
+            plain
+                .message
+                .ends_with("upstream said: \"upstream saw Authorization: Bearer [redacted] and gave up\""),
+            "{}",
+            plain.message
         );
-        let cut = format!("{}Bearer sk-proj-{}", "x ".repeat(248), "k".repeat(40));
+        let cut = format!("{}Bearer sk-proj-{}", "x ".repeat(98), "k".repeat(40));
         assert!(
             !status(500, &[], &cut).message.contains("sk-proj-k"),
             "redacted before the cut"
@@ -485,7 +550,10 @@ mod tests {
         let stream = in_band(
             r#"{"error":{"message":"x-api-key: sk-ant-api03-secretsecret is invalid","type":"authentication_error"}}"#,
         );
-        assert_eq!(stream.message, "authentication_error: x-api-key: [redacted] is invalid");
+        assert_eq!(
+            stream.message,
+            "upstream reported an error in the stream (authentication_error): authentication failed (check the route's api key); upstream said: \"x-api-key: [redacted] is invalid\""
+        );
     }
 
     #[test]
@@ -547,7 +615,10 @@ mod tests {
             assert_eq!(e.class, class, "payload {payload}");
             assert_eq!(e.status, None, "in-band errors have no HTTP status");
         }
-        assert_eq!(in_band(cases[0].0).message, "overloaded_error: Overloaded");
+        assert_eq!(
+            in_band(cases[0].0).message,
+            "upstream reported an error in the stream (overloaded_error): unavailable; upstream said: \"Overloaded\""
+        );
     }
 
     #[tokio::test]

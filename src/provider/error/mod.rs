@@ -5,7 +5,9 @@
 //! Layout: this file holds `ProviderError` (its class, `ErrorClass`, is a shared noun in
 //! `types`, since the mux, health and the transports decide on it too); `classify`
 //! reads upstream failures into them (a non-2xx answer, a transport failure, an error inside
-//! a 200 stream); `redact` keeps credentials an upstream echoes out of every message.
+//! a 200 stream) in tailcut's own words plus a bounded excerpt of the upstream's; `redact`
+//! keeps credentials an upstream echoes (the configured route keys, registered at startup
+//! with `register_secret`, and known key shapes) out of every message.
 
 mod classify;
 mod redact;
@@ -14,7 +16,11 @@ use std::time::Duration;
 
 pub use crate::types::{Blame, ErrorClass};
 pub use classify::{classify_in_band, classify_response, classify_status, classify_transport, MAX_ERROR_BODY_BYTES};
-pub use redact::redact;
+pub use redact::{redact, register_secret, MIN_SECRET_CHARS};
+
+/// A last bound on any message, whoever composed it (a failover summary names every
+/// attempt): upstream text in it is already cut to `MAX_EXCERPT_CHARS` per quote.
+const MAX_MESSAGE_CHARS: usize = 4096;
 
 /// One classified upstream failure.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -32,13 +38,17 @@ pub struct ProviderError {
 
 impl ProviderError {
     /// A failure of `class`. The message is redacted (`redact`): upstream bodies and
-    /// transport errors can echo our credentials.
+    /// transport errors can echo our credentials. Then bounded (`MAX_MESSAGE_CHARS`).
     pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
         let message = message.into();
-        let message = match redact(&message) {
+        let mut message = match redact(&message) {
             std::borrow::Cow::Borrowed(_) => message,
             std::borrow::Cow::Owned(clean) => clean,
         };
+        if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
+            message.truncate(cut);
+            message.push('…');
+        }
         ProviderError {
             class,
             status: None,
@@ -78,7 +88,7 @@ impl ProviderError {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorClass; 14] = [
+    const ALL: [ErrorClass; 16] = [
         ErrorClass::RateLimited,
         ErrorClass::Unavailable,
         ErrorClass::Timeout,
@@ -93,6 +103,8 @@ mod tests {
         ErrorClass::Overloaded,
         ErrorClass::NoRoute,
         ErrorClass::Internal,
+        ErrorClass::Unauthenticated,
+        ErrorClass::Forbidden,
     ];
 
     #[test]
@@ -141,5 +153,21 @@ mod tests {
         );
         assert_eq!(e.message, "header was authorization: Bearer [redacted]");
         assert!(!e.to_string().contains("sk-proj"), "Display too: {e}");
+    }
+
+    #[test]
+    fn registered_keys_are_redacted_and_messages_bounded_when_built() {
+        assert!(register_secret("tc-mod-test-9f8e7d6c5b4a"), "registered");
+        let e = ProviderError::new(
+            ErrorClass::Protocol,
+            "invalid type: string \"tc-mod-test-9f8e7d6c5b4a\"",
+        );
+        assert_eq!(e.message, "invalid type: string \"[redacted]\"");
+        let long = ProviderError::new(ErrorClass::Unavailable, "é".repeat(MAX_MESSAGE_CHARS * 2));
+        assert_eq!(
+            long.message.chars().count(),
+            MAX_MESSAGE_CHARS + 1,
+            "bounded, with an ellipsis"
+        );
     }
 }

@@ -1,13 +1,16 @@
 //! Secrets out of error messages: an upstream error body (or a transport error's URL) may
 //! echo our credentials, and every `ProviderError` message reaches a client and a log.
 //!
-//! Replaced by `[redacted]`: a credential-looking word after `Bearer` / `Basic`; the value of a header or
-//! field named `authorization`, `x-api-key`, `api-key`, `api_key` or `apikey` (followed by
-//! `:` or `=`); a `key=` query parameter; and any `sk-…` token of 8 characters or more.
-//! Words that merely name a header ("invalid x-api-key") are left alone. Redacting twice
-//! changes nothing.
+//! Replaced by `[redacted]`: every secret registered with `register_secret` (the routes'
+//! configured keys, wherever they appear, and an echo cut short after its first
+//! `FRAGMENT_CHARS`); a credential-looking word after `Bearer` / `Basic`; the value of a
+//! header or field named `authorization`, `x-api-key`, `api-key`, `api_key` or `apikey`
+//! (followed by `:` or `=`); a `key=` query parameter; and any `sk-…` token of 8 characters
+//! or more (which also covers `sk-ant-…`). Words that merely name a header ("invalid
+//! x-api-key") are left alone. Redacting twice changes nothing.
 
 use std::borrow::Cow;
+use std::sync::{PoisonError, RwLock};
 
 const REDACTED: &str = "[redacted]";
 
@@ -21,11 +24,46 @@ const SCHEMES: [&str; 2] = ["bearer", "basic"];
 /// The shortest `sk-…` tail taken for a key (shorter ones are words like "sk-learn").
 const MIN_KEY_TAIL: usize = 8;
 
+/// The shortest secret `register_secret` takes. A shorter one would match ordinary words
+/// and numbers in upstream messages, and whatever a client can get echoed into an error
+/// would tell it, by what comes back redacted, whether it guessed the key: an oracle that
+/// only a long secret makes useless.
+pub const MIN_SECRET_CHARS: usize = 8;
+
+/// Registered secrets are also found by their first this-many characters, so an upstream
+/// that cuts its echo short (a bounded log line, a truncated header dump) leaks no prefix.
+const FRAGMENT_CHARS: usize = 12;
+
+/// At most this many secrets are kept (one per configured key; routes are few).
+const MAX_SECRETS: usize = 1024;
+
+/// The configured secrets, exact. Written at startup, read by every `redact`.
+static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+/// Makes every later `redact` replace `secret` wherever it appears. Returns whether it is
+/// registered (now or before): a secret shorter than `MIN_SECRET_CHARS` is not, and neither
+/// is one past `MAX_SECRETS`.
+pub fn register_secret(secret: &str) -> bool {
+    // One inside the marker itself would make redacting never settle.
+    if secret.chars().count() < MIN_SECRET_CHARS || REDACTED.contains(secret) {
+        return false;
+    }
+    let mut secrets = SECRETS.write().unwrap_or_else(PoisonError::into_inner);
+    if secrets.iter().any(|s| s == secret) {
+        return true;
+    }
+    if secrets.len() >= MAX_SECRETS {
+        return false;
+    }
+    secrets.push(secret.to_string());
+    true
+}
+
 /// `text` with every credential it carries replaced by `[redacted]`.
 pub fn redact(text: &str) -> Cow<'_, str> {
     // ASCII lowercasing keeps byte offsets, so spans found in `lower` apply to `text`.
     let lower = text.to_ascii_lowercase();
-    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut spans: Vec<(usize, usize)> = registered_spans(text);
     for field in SECRET_FIELDS {
         for (at, _) in lower.match_indices(field) {
             spans.extend(field_value(&lower, at + field.len()));
@@ -81,6 +119,30 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Where a registered secret, or its first `FRAGMENT_CHARS`, appears in `text` (case
+/// kept: keys are case-sensitive). A fragment's span runs to the end of the word it starts,
+/// so what comes back redacted never says how much of a guess matched.
+fn registered_spans(text: &str) -> Vec<(usize, usize)> {
+    let secrets = SECRETS.read().unwrap_or_else(PoisonError::into_inner);
+    let mut spans = Vec::new();
+    for secret in secrets.iter() {
+        let fragment = match secret.char_indices().nth(FRAGMENT_CHARS) {
+            Some((cut, _)) => &secret[..cut],
+            None => secret.as_str(),
+        };
+        for (at, _) in text.match_indices(fragment) {
+            let end = if text[at..].starts_with(secret.as_str()) {
+                at + secret.len()
+            } else {
+                let after = at + fragment.len();
+                after + text[after..].find(ends_value).unwrap_or(text.len() - after)
+            };
+            spans.push((at, end));
+        }
+    }
+    spans
+}
+
 /// The value of a `name: value` / `"name":"value"` / `name=value` whose name ends at `at`.
 fn field_value(lower: &str, at: usize) -> Option<(usize, usize)> {
     let rest = &lower[at..];
@@ -107,10 +169,13 @@ fn value_at(lower: &str, start: usize) -> Option<(usize, usize)> {
     if rest.starts_with(REDACTED) {
         return None;
     }
-    let len = rest
-        .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | '}' | ')' | ']' | '<' | '>'))
-        .unwrap_or(rest.len());
+    let len = rest.find(ends_value).unwrap_or(rest.len());
     (len > 0).then_some((start, start + len))
+}
+
+/// Whitespace, a quote or a separator: where a credential-looking value stops.
+fn ends_value(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | '}' | ')' | ']' | '<' | '>')
 }
 
 /// After a bare `Bearer` / `Basic` (no field name to go by): long, and not a plain word
@@ -160,6 +225,48 @@ mod tests {
         for (input, expected) in cases {
             assert_eq!(redact(input), expected, "input {input:?}");
         }
+    }
+
+    #[test]
+    fn a_registered_secret_is_redacted_wherever_it_appears() {
+        let key = "tc-unit-Zq81xWv4Lm02Pn77";
+        assert!(register_secret(key), "a long secret is registered");
+        assert!(register_secret(key), "registering again is harmless");
+        let cases = [
+            (
+                format!("echo {{\"h\":\"{key}\"}}"),
+                "echo {\"h\":\"[redacted]\"}".to_string(),
+            ),
+            (
+                format!("invalid type: string \"{key}\", expected u32"),
+                "invalid type: string \"[redacted]\", expected u32".to_string(),
+            ),
+            (format!("{key}{key}"), "[redacted]".to_string()),
+            (
+                format!("cut short: {}", &key[..15]),
+                "cut short: [redacted]".to_string(),
+            ),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(redact(&input), expected, "input {input:?}");
+        }
+        assert_eq!(
+            redact(&key.to_ascii_uppercase()),
+            key.to_ascii_uppercase(),
+            "keys are case-sensitive: only the exact key is one"
+        );
+        assert_eq!(
+            redact(&format!("{}Q", &key[..FRAGMENT_CHARS - 1])),
+            format!("{}Q", &key[..FRAGMENT_CHARS - 1]),
+            "less than a fragment is not the key"
+        );
+    }
+
+    #[test]
+    fn short_secrets_are_not_registered() {
+        assert!(!register_secret("short"), "under MIN_SECRET_CHARS");
+        assert!(!register_secret("redacted"), "inside the marker");
+        assert_eq!(redact("a short word"), "a short word", "short words stay");
     }
 
     #[test]

@@ -120,7 +120,10 @@ mod tests {
         let e = open_err(Reply::error(429, &[("retry-after", "3")], body)).await;
         assert_eq!((e.class, e.status), (ErrorClass::RateLimited, Some(429)));
         assert_eq!(e.retry_after, Some(Duration::from_secs(3)));
-        assert_eq!(e.message, "Rate limit reached");
+        assert_eq!(
+            e.message, "upstream answered 429: rate limited; upstream said: \"Rate limit reached\"",
+            "our words, then the upstream's"
+        );
         let e = open_err(Reply::error(
             429,
             &[("retry-after-ms", "1500"), ("retry-after", "9")],
@@ -141,7 +144,10 @@ mod tests {
         assert_eq!(e.class, ErrorClass::Auth);
         let e = open_err(Reply::error(503, &[], "upstream connect error")).await;
         assert_eq!(e.class, ErrorClass::Unavailable);
-        assert_eq!(e.message, "upstream connect error", "non-JSON bodies are used as text");
+        assert_eq!(
+            e.message, "upstream answered 503: unavailable; upstream said: \"upstream connect error\"",
+            "non-JSON bodies are quoted as text"
+        );
     }
 
     #[tokio::test]

@@ -125,9 +125,13 @@ struct ErrorDetail<'a> {
 /// `server_error` (§6.1); the `code` says which (`timeout`, `overloaded`, ...).
 pub fn error_type(class: ErrorClass) -> &'static str {
     match class {
-        ErrorClass::BadRequest | ErrorClass::ContextLength | ErrorClass::Refusal | ErrorClass::NoRoute => {
-            "invalid_request_error"
-        }
+        // OpenAI's own 401 and 403 bodies say `invalid_request_error` too (the code tells which).
+        ErrorClass::BadRequest
+        | ErrorClass::ContextLength
+        | ErrorClass::Refusal
+        | ErrorClass::NoRoute
+        | ErrorClass::Unauthenticated
+        | ErrorClass::Forbidden => "invalid_request_error",
         ErrorClass::RateLimited => "rate_limit_error",
         _ => "server_error",
     }

@@ -1,0 +1,471 @@
+//! Who may use the edge: client keys bound to tenants, browser tokens minted from them, the
+//! per-key limits, and the admin token of the private ops routes.
+//!
+//! With `[auth]`, every chat request carries a key (`Authorization: Bearer` for the OpenAI
+//! SDKs, `x-api-key` for the Anthropic ones) or a token (the same headers, or `?token=` on
+//! `GET /v1/stream` and the `GET /v1/ws` upgrade, where a browser cannot set headers).
+//! Without it everything is served as it comes, and the server listens on loopback only
+//! (`Config::refuses_listen`). Each chat endpoint takes three steps:
+//! 1. `Access::authorize`, before the body is decoded: the credential (missing, wrong or
+//!    expired → 401); `x-tailcut-tenant`, which may only name the key's own tenant (any
+//!    other name, existing or not, gets the same 403, so tenant names cannot be probed);
+//!    then the context gets the key's tenant, its name and its priority cap.
+//! 2. `Caller::admit`, once the request is decoded: the key's (and the token's) models
+//!    (403), a slot of the key's `max_streams` (429), its `rpm` and `tpm` (429 with
+//!    Retry-After). A refused request takes nothing from any limit.
+//! 3. `Admission::guard` wraps the answer's event stream, so the stream slot is held until
+//!    the answer is dropped (finished, failed or disconnected).
+//!
+//! Limits (`limits`): rpm and tpm are GCRA limiters over `tokio::time::Instant` bursting to a
+//! minute's worth. tpm counts, before the request runs, its estimated input tokens plus its
+//! `max_tokens` (or the router's default output reserve); actual usage is not settled
+//! afterwards. A request that alone exceeds the tpm can never pass: a 400, not a 429. A
+//! full `max_streams` is a 429 with `Retry-After: 1`, not a 503: the key is at its limit, not
+//! tailcut, and a 503 would tell clients and operators the server is overloaded.
+//!
+//! Secrets: keys are kept and compared as SHA-256 digests, in constant time (`subtle`);
+//! tokens are HMAC-SHA256 (`token`, checked by `hmac`'s constant-time verify). Neither is
+//! ever put in a response, a log line or a metric: logs name the key (`name`).
+
+mod credential;
+pub mod keygen;
+mod limits;
+mod mint;
+mod refusal;
+pub mod token;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use subtle::ConstantTimeEq;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+pub use credential::{admin_bearer, query_token, redact_token_param, same_secret};
+pub use limits::{token_cost, Limit};
+pub use mint::mint;
+pub use refusal::Refusal;
+
+use crate::config::{Config, KeyConfig};
+use crate::gateway::GatewayError;
+use crate::types::{ChatRequest, EventStream, RequestCtx};
+use credential::Presented;
+use limits::KeyLimits;
+use token::{Claims, Clock, Signer, TokenError};
+
+/// Counts refused requests by reason (the `Refusal` code).
+pub const AUTH_REFUSALS_TOTAL: &str = "tailcut_auth_refusals_total";
+
+/// The keys, their live limits and the token signer; one per server, in `AppState`.
+pub struct Access {
+    /// `None`: no `[auth]`, every request is served as it comes.
+    keys: Option<Vec<Arc<KeyEntry>>>,
+    signer: Option<Signer>,
+    /// Why tokens are off, when they are.
+    tokens_off: &'static str,
+    clock: Clock,
+    models: BTreeSet<String>,
+}
+
+/// One `[[auth.keys]]` entry and its state.
+struct KeyEntry {
+    config: KeyConfig,
+    limits: Mutex<KeyLimits>,
+    streams: Option<Arc<Semaphore>>,
+}
+
+/// How a caller proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Key,
+    Token,
+}
+
+/// An authenticated caller (or, without `[auth]`, anyone).
+#[derive(Clone)]
+pub struct Caller {
+    authed: Option<Authed>,
+}
+
+#[derive(Clone)]
+struct Authed {
+    key: Arc<KeyEntry>,
+    via: Via,
+    /// A token's own model list, within its key's.
+    token_models: Option<Vec<String>>,
+}
+
+/// A request let in: holds its stream slot, if its key limits streams.
+#[must_use = "guard the answer's stream with it"]
+pub struct Admission {
+    slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Access {
+    /// Builds the key table from `[auth]` and reads the token secret from its variable.
+    pub fn new(config: &Config) -> Self {
+        metrics::describe_counter!(
+            AUTH_REFUSALS_TOTAL,
+            "Client requests refused by access checks, by reason"
+        );
+        let models = config.models.keys().cloned().collect();
+        let Some(auth) = &config.auth else {
+            return Access {
+                keys: None,
+                signer: None,
+                tokens_off: "no [auth] is configured, so no key or token is needed",
+                clock: Clock::new(),
+                models,
+            };
+        };
+        let keys = auth
+            .keys
+            .iter()
+            .map(|k| {
+                Arc::new(KeyEntry {
+                    limits: Mutex::new(KeyLimits::new(k.rpm, k.tpm)),
+                    streams: k.max_streams.map(|n| Arc::new(Semaphore::new(n as usize))),
+                    config: k.clone(),
+                })
+            })
+            .collect();
+        let (signer, tokens_off) = match &auth.token_secret_env {
+            None => (None, "set auth.token_secret_env to enable them"),
+            Some(var) => match std::env::var(var)
+                .ok()
+                .as_deref()
+                .and_then(|s| Signer::new(s.as_bytes()))
+            {
+                Some(signer) => (Some(signer), ""),
+                None => {
+                    tracing::warn!(
+                        var = %var,
+                        min_bytes = token::MIN_SECRET_BYTES,
+                        "auth.token_secret_env names a variable that is unset or too short; browser tokens are off"
+                    );
+                    (
+                        None,
+                        "the variable auth.token_secret_env names is unset or shorter than 32 bytes",
+                    )
+                }
+            },
+        };
+        Access {
+            keys: Some(keys),
+            signer,
+            tokens_off,
+            clock: Clock::new(),
+            models,
+        }
+    }
+
+    /// Is `[auth]` on?
+    pub fn is_on(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    /// Step 1 for a chat endpoint: who is calling, checked against the tenant it names; the
+    /// context then carries the key's tenant, name and priority cap.
+    pub fn authorize(
+        &self,
+        headers: &HeaderMap,
+        query_token: Option<&str>,
+        ctx: &mut RequestCtx,
+    ) -> Result<Caller, Refusal> {
+        let caller = self.caller(headers, query_token).and_then(|c| c.bind(ctx).map(|()| c));
+        if let Err(refusal) = &caller {
+            refused(refusal, ctx.key.as_deref());
+        }
+        caller
+    }
+
+    /// Who is calling, by the credential the request presents.
+    pub fn caller(&self, headers: &HeaderMap, query_token: Option<&str>) -> Result<Caller, Refusal> {
+        let Some(keys) = &self.keys else {
+            return Ok(Caller { authed: None });
+        };
+        let authed = match credential::presented(headers, query_token) {
+            Presented::Nothing => return Err(Refusal::MissingKey),
+            Presented::Unreadable => return Err(Refusal::BadKey),
+            Presented::KeyInUrl => return Err(Refusal::KeyInUrl),
+            Presented::Key(key) => Authed {
+                key: find_key(keys, &credential::sha256(key)).ok_or(Refusal::BadKey)?,
+                via: Via::Key,
+                token_models: None,
+            },
+            Presented::Token(token) => self.token_caller(keys, token)?,
+        };
+        Ok(Caller { authed: Some(authed) })
+    }
+
+    fn token_caller(&self, keys: &[Arc<KeyEntry>], token: &str) -> Result<Authed, Refusal> {
+        let signer = self.signer.as_ref().ok_or(Refusal::BadToken)?;
+        let claims = signer.verify(token, self.clock.now_unix()).map_err(|e| match e {
+            TokenError::Expired => Refusal::ExpiredToken,
+            TokenError::Invalid => Refusal::BadToken,
+        })?;
+        // A key removed (or moved to another tenant) since takes its tokens with it.
+        let key = keys
+            .iter()
+            .find(|k| k.config.name == claims.key && k.config.tenant == claims.tenant)
+            .ok_or(Refusal::BadToken)?;
+        Ok(Authed {
+            key: Arc::clone(key),
+            via: Via::Token,
+            token_models: claims.models,
+        })
+    }
+
+    fn sign(&self, claims: &Claims) -> Option<String> {
+        self.signer.as_ref().map(|s| s.sign(claims))
+    }
+}
+
+/// The entry whose hash is `digest`. Every entry is compared, in constant time each.
+fn find_key(keys: &[Arc<KeyEntry>], digest: &[u8; 32]) -> Option<Arc<KeyEntry>> {
+    let mut found = None;
+    for key in keys {
+        if bool::from(key.config.sha256.ct_eq(digest)) {
+            found = Some(Arc::clone(key));
+        }
+    }
+    found
+}
+
+/// Logs and counts a refusal once, where it is decided: by reason and key name, never the
+/// credential.
+fn refused(refusal: &Refusal, key: Option<&str>) {
+    metrics::counter!(AUTH_REFUSALS_TOTAL, "reason" => refusal.metric_label()).increment(1);
+    match refusal.class() {
+        crate::types::ErrorClass::Unauthenticated => {
+            tracing::debug!(reason = refusal.metric_label(), "request refused")
+        }
+        _ => tracing::info!(
+            reason = refusal.metric_label(),
+            key = key.unwrap_or("-"),
+            "request refused"
+        ),
+    }
+}
+
+impl Caller {
+    /// The name of the caller's key; `None` without `[auth]`.
+    pub fn key_name(&self) -> Option<&str> {
+        self.authed.as_ref().map(|a| a.key.config.name.as_str())
+    }
+
+    pub fn via(&self) -> Option<Via> {
+        self.authed.as_ref().map(|a| a.via)
+    }
+
+    /// May this caller use `model`? Its key's list, narrowed by its token's.
+    pub fn may_use(&self, model: &str) -> bool {
+        self.authed.as_ref().is_none_or(|a| {
+            a.key.config.may_use(model) && a.token_models.as_ref().is_none_or(|m| m.iter().any(|x| x == model))
+        })
+    }
+
+    /// Checks the tenant the context names (from `x-tailcut-tenant`) against the key's, then
+    /// sets the key's tenant and name and caps the priority. Idempotent.
+    pub fn bind(&self, ctx: &mut RequestCtx) -> Result<(), Refusal> {
+        let Some(a) = &self.authed else { return Ok(()) };
+        let key = &a.key.config;
+        ctx.key = Some(key.name.clone());
+        if ctx.tenant.as_ref().is_some_and(|t| *t != key.tenant) {
+            return Err(Refusal::Tenant);
+        }
+        ctx.tenant = Some(key.tenant.clone());
+        if let Some(cap) = key.priority {
+            ctx.priority = ctx.priority.min(cap);
+        }
+        Ok(())
+    }
+
+    /// Step 2: the decoded request against the key's models, streams and rates, at `now`.
+    pub fn admit(&self, req: &ChatRequest, ctx: &mut RequestCtx) -> Result<Admission, Refusal> {
+        let admitted = self.admit_at(req, ctx, Instant::now());
+        if let Err(refusal) = &admitted {
+            refused(refusal, self.key_name());
+        }
+        admitted
+    }
+
+    fn admit_at(&self, req: &ChatRequest, ctx: &mut RequestCtx, now: Instant) -> Result<Admission, Refusal> {
+        self.bind(ctx)?;
+        let Some(a) = &self.authed else {
+            return Ok(Admission { slot: None });
+        };
+        if !self.may_use(&req.model) {
+            return Err(Refusal::Model(req.model.clone()));
+        }
+        let slot = match (&a.key.streams, a.key.config.max_streams) {
+            (Some(streams), Some(max)) => Some(
+                Arc::clone(streams)
+                    .try_acquire_owned()
+                    .map_err(|_| Refusal::Streams(max))?,
+            ),
+            _ => None,
+        };
+        a.key.limits.lock().take(now, token_cost(req))?;
+        Ok(Admission { slot })
+    }
+}
+
+impl Caller {
+    /// Wraps `chat` so each request it is given is admitted first (step 2 and 3 for a
+    /// WebSocket); a refused request becomes an answer stream that ends at once with its
+    /// error, which the session renders for that request's id like any other outcome.
+    pub fn gated<F>(
+        self,
+        mut chat: F,
+    ) -> impl FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send
+    where
+        F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
+    {
+        move |req, mut ctx| match self.admit(&req, &mut ctx) {
+            Ok(admission) => chat(req, ctx).map(|events| admission.guard(events)),
+            Err(refusal) => Ok(refusal.into_events(ctx.request_id)),
+        }
+    }
+}
+
+impl Admission {
+    /// Step 3: the answer's events, holding the stream slot until they are dropped.
+    pub fn guard(self, events: EventStream) -> EventStream {
+        match self.slot {
+            None => events,
+            Some(slot) => Box::pin(events.map(move |event| {
+                let _held = &slot;
+                event
+            })),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Dialect, Message, Priority, Role};
+    use axum::http::HeaderValue;
+    use std::time::Duration;
+
+    const KEY: &str = "tc_test-key-0123456789";
+
+    fn access(key_extra: &str) -> Access {
+        let toml = format!(
+            "[[routes]]\nname = \"a\"\nprovider = \"simulated\"\n[models.chat]\nroutes = [\"a\"]\n\
+             [models.other]\nroutes = [\"a\"]\n[tenants.acme]\n[tenants.globex]\n\
+             [auth]\n[[auth.keys]]\nname = \"app\"\nsha256 = \"{}\"\ntenant = \"acme\"\n{key_extra}",
+            hex::encode(credential::sha256(KEY))
+        );
+        Access::new(&crate::config::load_str(&toml).expect("valid config"))
+    }
+
+    fn with_key(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", HeaderValue::from_static(KEY));
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).expect("value"));
+        }
+        h
+    }
+
+    fn chat(model: &str) -> ChatRequest {
+        ChatRequest {
+            model: model.into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            max_tokens: Some(10),
+            ..ChatRequest::default()
+        }
+    }
+
+    #[test]
+    fn the_key_decides_the_tenant_and_caps_the_priority() {
+        let access = access("priority = \"batch\"\n");
+        let mut ctx = RequestCtx::new(Dialect::OpenAi);
+        let caller = access.authorize(&with_key(&[]), None, &mut ctx).expect("a known key");
+        assert_eq!(ctx.tenant.as_deref(), Some("acme"), "the key's tenant");
+        assert_eq!(ctx.key.as_deref(), Some("app"), "the key's name");
+        assert_eq!(ctx.priority, Priority::Batch, "capped");
+        assert_eq!(caller.via(), Some(Via::Key), "by key");
+        for tenant in ["globex", "nobody"] {
+            let mut ctx = RequestCtx::new(Dialect::OpenAi);
+            ctx.tenant = Some(tenant.into());
+            assert_eq!(
+                access.authorize(&with_key(&[]), None, &mut ctx).err(),
+                Some(Refusal::Tenant),
+                "{tenant}: forbidden and unknown tenants are refused alike"
+            );
+        }
+        let mut ctx = RequestCtx::new(Dialect::OpenAi);
+        ctx.tenant = Some("acme".into());
+        assert!(
+            access.authorize(&with_key(&[]), None, &mut ctx).is_ok(),
+            "its own tenant"
+        );
+    }
+
+    #[test]
+    fn wrong_or_missing_keys_are_refused() {
+        let access = access("");
+        let mut ctx = RequestCtx::new(Dialect::OpenAi);
+        assert_eq!(
+            access.authorize(&HeaderMap::new(), None, &mut ctx).err(),
+            Some(Refusal::MissingKey)
+        );
+        let mut h = HeaderMap::new();
+        h.insert("authorization", HeaderValue::from_static("Bearer tc_wrong"));
+        assert_eq!(access.authorize(&h, None, &mut ctx).err(), Some(Refusal::BadKey));
+        assert_eq!(
+            access.authorize(&HeaderMap::new(), Some(KEY), &mut ctx).err(),
+            Some(Refusal::KeyInUrl),
+            "never a key in a URL"
+        );
+    }
+
+    #[test]
+    fn without_auth_everyone_is_let_in_unchanged() {
+        let toml = "[[routes]]\nname = \"a\"\nprovider = \"simulated\"\n[models.chat]\nroutes = [\"a\"]\n";
+        let access = Access::new(&crate::config::load_str(toml).expect("valid"));
+        let mut ctx = RequestCtx::new(Dialect::OpenAi);
+        ctx.tenant = Some("whoever".into());
+        let caller = access.authorize(&HeaderMap::new(), None, &mut ctx).expect("open");
+        assert_eq!(ctx.tenant.as_deref(), Some("whoever"), "the gateway judges the tenant");
+        assert!(caller.admit(&chat("anything"), &mut ctx).is_ok(), "no limits");
+        assert!(!access.is_on(), "off");
+    }
+
+    #[test]
+    fn models_streams_and_rates_are_the_keys() {
+        let access = access("models = [\"chat\"]\nmax_streams = 1\nrpm = 2\n");
+        let mut ctx = RequestCtx::new(Dialect::OpenAi);
+        let caller = access.authorize(&with_key(&[]), None, &mut ctx).expect("key");
+        let now = Instant::now();
+        assert_eq!(
+            caller.admit_at(&chat("other"), &mut ctx, now).err(),
+            Some(Refusal::Model("other".into())),
+            "off the allowlist"
+        );
+        let first = caller.admit_at(&chat("chat"), &mut ctx, now).expect("first");
+        assert_eq!(
+            caller.admit_at(&chat("chat"), &mut ctx, now).err(),
+            Some(Refusal::Streams(1)),
+            "one stream at a time"
+        );
+        drop(first);
+        let second = caller.admit_at(&chat("chat"), &mut ctx, now).expect("the slot is back");
+        drop(second);
+        assert_eq!(
+            caller.admit_at(&chat("chat"), &mut ctx, now).err(),
+            Some(Refusal::RateLimited {
+                limit: Limit::Rpm,
+                per_minute: 2,
+                wait: Duration::from_secs(30)
+            }),
+            "two a minute"
+        );
+    }
+}
