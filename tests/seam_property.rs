@@ -230,6 +230,27 @@ async fn run_case(server: &Running, case: &Case) -> Outcome {
     }
 }
 
+impl Outcome {
+    /// Nothing received yet: a stream that ends before its terminal event has failed.
+    fn unfinished() -> Self {
+        Outcome {
+            text: String::new(),
+            failed: true,
+        }
+    }
+}
+
+/// POSTs `body` to `path` and reads the answer's SSE events.
+async fn post_events(server: &Running, path: &str, body: &Value) -> Vec<(String, String)> {
+    let resp = support::client()
+        .post(server.url(path))
+        .json(body)
+        .send()
+        .await
+        .expect("sent");
+    sse(resp).await
+}
+
 /// The body as SSE events (name, data), decoded once all bytes are in (a multi-byte
 /// character may be split across chunks).
 async fn sse(resp: reqwest::Response) -> Vec<(String, String)> {
@@ -260,17 +281,8 @@ async fn sse(resp: reqwest::Response) -> Vec<(String, String)> {
 
 async fn openai(server: &Running, model: &str, messages: &Value) -> Outcome {
     let body = json!({"model": model, "stream": true, "messages": messages});
-    let resp = support::client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .expect("sent");
-    let mut out = Outcome {
-        text: String::new(),
-        failed: true,
-    };
-    for (_, data) in sse(resp).await {
+    let mut out = Outcome::unfinished();
+    for (_, data) in post_events(server, "/v1/chat/completions", &body).await {
         if data == "[DONE]" {
             out.failed = false;
             continue;
@@ -288,17 +300,8 @@ async fn openai(server: &Running, model: &str, messages: &Value) -> Outcome {
 
 async fn anthropic(server: &Running, model: &str, messages: &Value) -> Outcome {
     let body = json!({"model": model, "stream": true, "max_tokens": 1024, "messages": messages});
-    let resp = support::client()
-        .post(server.url("/v1/messages"))
-        .json(&body)
-        .send()
-        .await
-        .expect("sent");
-    let mut out = Outcome {
-        text: String::new(),
-        failed: true,
-    };
-    for (name, data) in sse(resp).await {
+    let mut out = Outcome::unfinished();
+    for (name, data) in post_events(server, "/v1/messages", &body).await {
         let v: Value = serde_json::from_str(&data).expect("Anthropic clients get JSON events");
         match name.as_str() {
             "error" => return Outcome { failed: true, ..out },
@@ -333,17 +336,8 @@ fn native_event(out: &mut Outcome, kind: &str, v: &Value) -> bool {
 
 async fn native_sse(server: &Running, model: &str, messages: &Value) -> Outcome {
     let body = json!({"model": model, "messages": messages});
-    let resp = support::client()
-        .post(server.url("/v1/stream"))
-        .json(&body)
-        .send()
-        .await
-        .expect("sent");
-    let mut out = Outcome {
-        text: String::new(),
-        failed: true,
-    };
-    for (name, data) in sse(resp).await {
+    let mut out = Outcome::unfinished();
+    for (name, data) in post_events(server, "/v1/stream", &body).await {
         let v: Value = serde_json::from_str(&data).expect("native events are JSON");
         if native_event(&mut out, &name, &v) {
             break;
@@ -356,10 +350,7 @@ async fn websocket(server: &Running, model: &str, messages: &Value) -> Outcome {
     let mut ws = support::ws_connect(server, None).await.expect("upgrade");
     let chat = json!({"type": "chat", "id": "p", "request": {"model": model, "messages": messages}});
     ws.send(Message::text(chat.to_string())).await.expect("send");
-    let mut out = Outcome {
-        text: String::new(),
-        failed: true,
-    };
+    let mut out = Outcome::unfinished();
     loop {
         let v = support::ws_next(&mut ws).await;
         let kind = v["type"].as_str().unwrap_or_default().to_string();

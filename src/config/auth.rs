@@ -190,18 +190,7 @@ impl Validator {
                 );
             }
         }
-        let priority = match raw.priority.as_deref() {
-            None => None,
-            Some("interactive") => Some(Priority::Interactive),
-            Some("batch") => Some(Priority::Batch),
-            Some(other) => {
-                self.problem(
-                    format!("{path}.priority"),
-                    format!("{other:?} is not interactive or batch"),
-                );
-                None
-            }
-        };
+        let priority = self.priority(path, raw.priority.as_deref());
         Some(KeyConfig {
             name: name?,
             sha256: sha256?,

@@ -132,15 +132,9 @@ impl Validator {
         out
     }
 
-    fn tenant(&mut self, path: &str, name: &str, raw: RawTenant) -> TenantConfig {
-        let deadline = match raw.deadline_ms {
-            Some(0) => {
-                self.problem(format!("{path}.deadline_ms"), "must be positive");
-                None
-            }
-            ms => ms.map(Duration::from_millis),
-        };
-        let priority = match raw.priority.as_deref() {
+    /// `priority = "interactive" | "batch"` under `path`.
+    pub(super) fn priority(&mut self, path: &str, raw: Option<&str>) -> Option<Priority> {
+        match raw {
             None => None,
             Some("interactive") => Some(Priority::Interactive),
             Some("batch") => Some(Priority::Batch),
@@ -151,7 +145,18 @@ impl Validator {
                 );
                 None
             }
+        }
+    }
+
+    fn tenant(&mut self, path: &str, name: &str, raw: RawTenant) -> TenantConfig {
+        let deadline = match raw.deadline_ms {
+            Some(0) => {
+                self.problem(format!("{path}.deadline_ms"), "must be positive");
+                None
+            }
+            ms => ms.map(Duration::from_millis),
         };
+        let priority = self.priority(path, raw.priority.as_deref());
         let response_type = raw.response_type.as_deref().and_then(|t| {
             let parsed = ResponseType::parse(t);
             if parsed.is_none() {
