@@ -17,14 +17,12 @@ use crate::mux::Mux;
 use crate::provider::anthropic::AnthropicProvider;
 use crate::provider::openai::OpenAiProvider;
 use crate::provider::{self, SharedProvider};
-use crate::router;
 use crate::sim::SimHandle;
-use crate::telemetry;
-use crate::types::ErrorClass;
 use crate::types::{
-    ChatRequest, Dialect, Envelope, ErrorEvent, EventStream, ExclusionCode, LeaseUpdate, Level, Plan, Priority,
-    RequestCtx, ResponseType, StreamEvent,
+    ChatRequest, Dialect, Envelope, ErrorClass, ErrorEvent, EventStream, ExclusionCode, LeaseUpdate, Level, Plan,
+    Priority, RequestCtx, ResponseType, StreamEvent,
 };
+use crate::{router, telemetry};
 
 impl RequestCtx {
     /// Reads the `x-tailcut-*` request headers. Invalid values are a client error.

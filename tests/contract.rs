@@ -6,8 +6,7 @@ mod support;
 
 use futures::StreamExt;
 use support::*;
-use tailcut::types::{ChatRequest, Message, Role, StreamEvent, ToolSpec};
-use tailcut::types::{Dialect, RequestCtx};
+use tailcut::types::{ChatRequest, Dialect, Message, RequestCtx, Role, StreamEvent, ToolSpec};
 
 const SCENARIOS: &str = r#"
 [sim.scenarios.text]

@@ -13,9 +13,7 @@ use scripted::*;
 use tailcut::config;
 use tailcut::gateway::Gateway;
 use tailcut::provider::{Delta, DeltaStream, Provider, ProviderError, SharedProvider, ToolFragment, UpstreamRequest};
-use tailcut::types::ErrorClass;
-use tailcut::types::{Dialect, RequestCtx};
-use tailcut::types::{FinishReason, StreamEvent, ToolSpec};
+use tailcut::types::{Dialect, ErrorClass, FinishReason, RequestCtx, StreamEvent, ToolSpec};
 use tokio::time::Instant;
 
 /// A client with a tight deadline must not make a healthy route look broken.

@@ -7,9 +7,7 @@ mod scripted;
 use std::time::Duration;
 
 use scripted::*;
-use tailcut::types::ErrorClass;
-use tailcut::types::StreamEvent;
-use tailcut::types::{Dialect, RequestCtx};
+use tailcut::types::{Dialect, ErrorClass, RequestCtx, StreamEvent};
 
 fn openai() -> RequestCtx {
     RequestCtx::new(Dialect::OpenAi)

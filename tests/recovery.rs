@@ -14,9 +14,7 @@ use tailcut::config;
 use tailcut::gateway::Gateway;
 use tailcut::mux::probe::Prober;
 use tailcut::provider::{Delta, DeltaStream, Provider, ProviderError, SharedProvider, UpstreamRequest};
-use tailcut::types::ErrorClass;
-use tailcut::types::{ChatRequest, FinishReason, Message, Role, StreamEvent};
-use tailcut::types::{Dialect, RequestCtx};
+use tailcut::types::{ChatRequest, Dialect, ErrorClass, FinishReason, Message, RequestCtx, Role, StreamEvent};
 use tokio::time::Instant;
 
 /// Who sent a request: the prober's request ids start with `probe_`.

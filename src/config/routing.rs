@@ -7,8 +7,7 @@ use std::time::Duration;
 use super::raw::{RawCache, RawFloor, RawLeases, RawLimits, RawRanking, RawTenant};
 use super::validate::Validator;
 use super::{CacheConfig, LeaseConfig, LimitsConfig, Pools, RankingConfig, RouteConfig, TenantConfig, TokenizerChoice};
-use crate::types::Priority;
-use crate::types::ResponseType;
+use crate::types::{Priority, ResponseType};
 
 /// A task name: `*` (every task) or letters, digits, `_` and `-`.
 fn valid_task(name: &str) -> bool {

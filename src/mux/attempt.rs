@@ -10,8 +10,7 @@ use tokio::time::Instant;
 use super::tool_calls::ToolCallAssembler;
 use crate::health::RoutePermit;
 use crate::provider::{Delta, ProviderError, SharedProvider, UpstreamRequest};
-use crate::types::ErrorClass;
-use crate::types::{FinishReason, ToolCall, Usage};
+use crate::types::{ErrorClass, FinishReason, ToolCall, Usage};
 
 /// What an attempt reports to the mux.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,13 +85,6 @@ impl Attempt {
             permit: None,
             events: Box::pin(stream),
         }
-    }
-
-    /// A finished placeholder for a route whose attempt was dropped.
-    pub fn closed(route: &Arc<str>) -> Self {
-        let mut a = Attempt::from_events(route, Role::Recovery, futures::stream::empty());
-        a.route = Arc::clone(route);
-        a
     }
 
     pub fn poll_event(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<AttemptEvent>> {

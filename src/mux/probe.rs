@@ -56,8 +56,7 @@ use super::Mux;
 use crate::health::breaker::ProbeMode;
 use crate::health::{ProberAttached, RoutePermit};
 use crate::provider::{Delta, ProviderError, SharedProvider, UpstreamRequest};
-use crate::types::ErrorClass;
-use crate::types::{ChatRequest, Message, Role};
+use crate::types::{ChatRequest, ErrorClass, Message, Role};
 
 /// Background probes by route and result (`closed`: the route is back; `failed`).
 pub const PROBES_TOTAL: &str = "tailcut_breaker_probes_total";

@@ -17,8 +17,7 @@ use super::attempt::{Attempt, AttemptEvent, Role};
 use super::Mux;
 use crate::provider::UpstreamRequest;
 use crate::telemetry as t;
-use crate::types::ChatRequest;
-use crate::types::Priority;
+use crate::types::{ChatRequest, Priority};
 
 /// Starts a shadow of `req` on `route` when the share and the in-flight cap allow.
 pub fn maybe_start(mux: &Arc<Mux>, shadows: &Arc<Semaphore>, req: &Arc<ChatRequest>, route: &str, deadline: Instant) {

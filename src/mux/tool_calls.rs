@@ -41,8 +41,7 @@ use std::sync::Arc;
 
 use self::schema::{parse_object, ToolSchemas};
 use crate::provider::ToolFragment;
-use crate::types::ErrorClass;
-use crate::types::{FinishReason, ToolCall, ToolSpec};
+use crate::types::{ErrorClass, FinishReason, ToolCall, ToolSpec};
 
 /// Cap on buffered argument, id and name bytes across one answer's calls.
 pub const MAX_BUFFERED_BYTES: usize = 1 << 20;

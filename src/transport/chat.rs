@@ -10,8 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::error::ErrorReply;
 use crate::transport::AppState;
-use crate::types::{ChatRequest, EventStream};
-use crate::types::{Dialect, RequestCtx};
+use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx};
 
 /// Builds the `RequestCtx` from the headers, checks the caller's key or token (`auth`;
 /// `query_token` only where browsers cannot send headers), takes a stream permit (none left

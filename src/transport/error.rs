@@ -12,8 +12,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::gateway::GatewayError;
 use crate::provider::redact;
-use crate::types::ErrorClass;
-use crate::types::{Envelope, ErrorEvent};
+use crate::types::{Envelope, ErrorClass, ErrorEvent};
 
 /// A request body the dialect could not turn into a `ChatRequest`. Always a 400.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -7,8 +7,7 @@ use serde::Serialize;
 
 use super::error::{DecodeError, ErrorReply};
 use crate::gateway::GatewayError;
-use crate::types::RequestCtx;
-use crate::types::{Envelope, ErrorEvent, FinishReason, Level, ResponseType, StreamEvent, ToolCall, Usage};
+use crate::types::{Envelope, ErrorEvent, FinishReason, Level, RequestCtx, ResponseType, StreamEvent, ToolCall, Usage};
 
 /// One server-to-client message, tagged by `type`, carrying the request's `id`.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -22,8 +22,7 @@ use super::sse_out::{
     encoded, envelope_headers, event_frame, json_response, sse_response, Flow, FrameEncoder, PING_COMMENT,
 };
 use crate::transport::AppState;
-use crate::types::{ChatRequest, EventStream, StreamEvent};
-use crate::types::{Dialect, RequestCtx};
+use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx, StreamEvent};
 
 /// `GET /v1/stream` parameters: `EventSource` cannot send a body or headers, so the
 /// request and the per-request options ride in the query string.

@@ -58,6 +58,12 @@ impl PrefillConvention {
             _ => partial,
         }
     }
+
+    /// What the client holds of `partial` beyond what this convention sends (whitespace it
+    /// had to strip), which a continuation must not send twice.
+    pub fn withheld(self, partial: &str) -> &str {
+        &partial[self.sent_text(partial).len()..]
+    }
 }
 
 /// The partial answer a continuation request ends with, and how to mark it.
@@ -77,7 +83,7 @@ impl Prefill {
 
     /// What the client holds beyond what was sent (whitespace the convention had to strip).
     pub fn withheld(&self) -> &str {
-        &self.text[self.sent().len()..]
+        self.convention.withheld(&self.text)
     }
 }
 

@@ -14,9 +14,7 @@ use parking_lot::Mutex;
 use tailcut::config;
 use tailcut::gateway::Gateway;
 use tailcut::provider::{Delta, DeltaStream, Provider, ProviderError, SharedProvider, UpstreamRequest};
-use tailcut::types::ErrorClass;
-use tailcut::types::RequestCtx;
-use tailcut::types::{ChatRequest, FinishReason, Message, Role, StreamEvent};
+use tailcut::types::{ChatRequest, ErrorClass, FinishReason, Message, RequestCtx, Role, StreamEvent};
 use tokio::time::Instant;
 
 #[derive(Clone)]

@@ -1,24 +1,20 @@
 //! The race to the first content token: the primary, its hedge at the route's live p95
 //! TTFT, failover before commit, and the commit that drops every loser.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use super::routes::RouteState;
 use super::Run;
-use crate::mux::attempt::Attempt;
-use crate::mux::attempt::AttemptEvent;
-use crate::mux::attempt::Role;
-use crate::mux::hedge::HedgeTimer;
-use crate::mux::hedge::NoHedge;
+use crate::mux::attempt::{Attempt, AttemptEvent, Role};
+use crate::mux::hedge::{HedgeTimer, NoHedge};
 use crate::mux::race::Race;
 use crate::mux::MuxError;
 use crate::provider::ProviderError;
 use crate::telemetry as t;
-use crate::types::ErrorClass;
-use crate::types::ErrorEvent;
-use crate::types::HedgeInfo;
-use crate::types::Level;
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::time::Instant;
+use crate::types::{ErrorClass, ErrorEvent, HedgeInfo, Level};
 
 impl Run {
     /// Races attempts to the first content token. With `hedging`, the primary is hedged at
@@ -274,7 +270,7 @@ impl Run {
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());
         // Shadows are for any request a second upstream may safely see.
-        if !self.side_effecting {
+        if !self.side_effecting() {
             if let Some(next) = self.routes.next_other(&winner.route) {
                 crate::mux::shadow::maybe_start(&self.mux, &self.mux.shadows, &self.req, next, self.deadline);
             }

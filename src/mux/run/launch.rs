@@ -1,22 +1,20 @@
 //! Starting the next attempt: plan order, the deadline's minimum useful time, the attempt,
 //! retry and blast-radius budgets, and the same-route retry before a lower rung.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use super::routes::{RouteState, Skip};
 use super::Run;
-use crate::mux::attempt::Attempt;
-use crate::mux::attempt::Role;
+use crate::mux::attempt::{Attempt, Role};
 use crate::mux::budget::Refusal;
 use crate::mux::hedge::NoHedge;
 use crate::mux::Mux;
-use crate::provider::ProviderError;
-use crate::provider::UpstreamRequest;
+use crate::provider::{ProviderError, UpstreamRequest};
 use crate::telemetry as t;
-use crate::types::ErrorClass;
-use crate::types::Plan;
-use crate::types::RequestCtx;
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::time::Instant;
+use crate::types::{ErrorClass, Plan, RequestCtx};
 
 /// No attempt could start. `refusal` is set when a request-wide budget said no (then no
 /// other route was looked at).
@@ -62,10 +60,10 @@ impl Run {
                 RouteState::PrefillRefused => prefill.is_none(),
                 RouteState::Running | RouteState::Failed | RouteState::Served => false,
             };
-            let route = self.routes.candidate(i).route.clone();
-            if !usable || (prefill.is_some() && !self.can_continue(&route)) {
+            if !usable || (prefill.is_some() && !self.can_continue(&self.routes.candidate(i).route)) {
                 continue;
             }
+            let route = self.routes.candidate(i).route.clone();
             match self.try_start(&route, role, prefill, false) {
                 Ok(attempt) => return Ok(attempt),
                 Err(skip) => {
@@ -98,13 +96,13 @@ impl Run {
 
     /// A mid-stream recovery with no other route left: the route that failed, once.
     pub(super) fn start_failed_again(&mut self, prefill: Option<&str>) -> Option<Attempt> {
-        let route = (0..self.routes.len())
-            .map(|i| self.routes.candidate(i).route.clone())
-            .find(|r| {
-                self.routes.position(r).map(|i| self.routes.state(i)) == Some(RouteState::Failed)
-                    && !self.retried.contains(r)
-                    && (prefill.is_none() || self.can_continue(r))
-            })?;
+        let i = (0..self.routes.len()).find(|&i| {
+            let route = &self.routes.candidate(i).route;
+            self.routes.state(i) == RouteState::Failed
+                && !self.retried.contains(route)
+                && (prefill.is_none() || self.can_continue(route))
+        })?;
+        let route = self.routes.candidate(i).route.clone();
         self.retried.insert(route.clone());
         self.start_again(&route, Role::Recovery, prefill)
     }
@@ -223,24 +221,19 @@ impl Run {
     }
 }
 
-/// May this request have side effects (so that no second upstream may ever see it: no hedge,
-/// no shadow)? The client says so with `x-tailcut-hedge: off`; a route says so with
-/// `side_effecting = true`.
-pub(super) fn side_effecting(mux: &Mux, ctx: &RequestCtx, plan: &Plan) -> bool {
-    ctx.hedge_off
-        || plan
-            .candidates
-            .iter()
-            .any(|c| mux.config.route(&c.route).is_some_and(|r| r.side_effecting))
-}
-
+/// Whether the request may be hedged. Side effects are checked first, because the answer also
+/// gates shadows (`Run::side_effecting`) whatever else turns hedging off: the client says so
+/// with `x-tailcut-hedge: off`, a route with `side_effecting = true`.
 pub(super) fn hedge_allowed(mux: &Mux, ctx: &RequestCtx, plan: &Plan) -> Result<(), NoHedge> {
     let cfg = &mux.config;
-    // Side effects first: they also gate shadows, whatever else turns hedging off.
     if ctx.hedge_off {
         return Err(NoHedge::ClientOff);
     }
-    if side_effecting(mux, ctx, plan) {
+    if plan
+        .candidates
+        .iter()
+        .any(|c| cfg.route(&c.route).is_some_and(|r| r.side_effecting))
+    {
         return Err(NoHedge::SideEffecting);
     }
     if !cfg.hedge.enabled || cfg.models.get(&plan.model).is_some_and(|m| !m.hedge) {

@@ -28,8 +28,7 @@ use super::transcript::Transcript;
 use super::Mux;
 use crate::config::RouteConfig;
 use crate::types::{
-    ChatRequest, Envelope, ErrorClass, ErrorEvent, EventStream, FinishReason, Plan, RequestCtx, ResponseType,
-    StreamEvent, Usage,
+    ChatRequest, Envelope, ErrorEvent, EventStream, FinishReason, Plan, RequestCtx, ResponseType, StreamEvent, Usage,
 };
 
 /// Where one request is in its life. Each state's step is a plain async function that queues
@@ -111,14 +110,12 @@ struct Run {
     /// Attempts that count toward `limits.max_attempts` (a same-route retry does not).
     budgeted_attempts: u32,
     recoveries: u32,
-    /// No second upstream may see this request (no hedge, no shadow).
-    side_effecting: bool,
+    /// Why the request may not be hedged, if it may not. `ClientOff` and `SideEffecting` also
+    /// mean no second upstream may see it at all (no shadow): see `side_effecting`.
     hedge: Result<(), NoHedge>,
     rtype: ResponseType,
     transcript: Transcript,
     usage: Option<Usage>,
-    /// The class of every failed attempt, in `env.fell_back_from` order.
-    fail_classes: Vec<ErrorClass>,
     /// Retry-After hints from failed attempts.
     retry_hints: Vec<Duration>,
     /// The plan as made (candidates, ranking with score breakdowns, exclusions, lease): the
@@ -136,7 +133,6 @@ impl Run {
         let deadline = started + ctx.deadline.unwrap_or(mux.config.server.deadline);
         let rtype = ctx.response_type.unwrap_or_else(|| req.detected_response_type());
         let hedge = launch::hedge_allowed(&mux, &ctx, &plan);
-        let side_effecting = launch::side_effecting(&mux, &ctx, &plan);
         mux.budget_deposit(started);
         mux.retry_deposit(started);
         let env = Envelope {
@@ -158,14 +154,12 @@ impl Run {
             attempts: 0,
             budgeted_attempts: 0,
             recoveries: 0,
-            side_effecting,
             hedge,
             rtype,
             transcript: Transcript::default(),
             usage: None,
             retry_hints: Vec::new(),
             retried: Default::default(),
-            fail_classes: Vec::new(),
             plan,
             mux,
             req,
@@ -196,6 +190,12 @@ impl Run {
                 State::Finished
             }
         }
+    }
+
+    /// May the request have side effects, so that no second upstream may see it? The hedge
+    /// decision checks side effects before anything else turns hedging off, so it says.
+    fn side_effecting(&self) -> bool {
+        matches!(self.hedge, Err(NoHedge::ClientOff | NoHedge::SideEffecting))
     }
 
     fn route_config(&self, name: &str) -> Option<&RouteConfig> {

@@ -1,18 +1,15 @@
 //! How a request ends up: failed attempts in the envelope, the error a client gets, the L3
 //! answer cache, and the decision record.
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use super::Run;
 use crate::mux::attempt::Attempt;
 use crate::provider::ProviderError;
 use crate::telemetry as t;
-use crate::types::ErrorClass;
-use crate::types::ErrorEvent;
-use crate::types::FailedAttempt;
-use crate::types::FinishReason;
-use crate::types::Level;
-use crate::types::StreamEvent;
-use std::time::Duration;
-use tokio::time::Instant;
+use crate::types::{ErrorClass, ErrorEvent, FailedAttempt, FinishReason, Level, StreamEvent};
 
 /// The longest Retry-After a client is told.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
@@ -49,7 +46,6 @@ impl Run {
 
     fn push_failed(&mut self, attempt: &Attempt, err: &ProviderError) {
         let now = Instant::now();
-        self.fail_classes.push(err.class);
         self.env.fell_back_from.push(FailedAttempt {
             route: attempt.route.to_string(),
             class: err.class,
@@ -63,7 +59,6 @@ impl Run {
     /// Every route was tried or passed over: the most telling error for the client.
     pub(super) fn exhausted(&mut self) -> ErrorEvent {
         let fails = &self.env.fell_back_from;
-        let classes = &self.fail_classes;
         let now = Instant::now();
         let waits: Vec<Duration> = self.routes.skipped().filter_map(|s| s.1.wait(now)).collect();
         let (class, status, retry_after) = if fails.is_empty() && self.routes.only_deadline_skips() {
@@ -76,13 +71,13 @@ impl Run {
                 503,
                 waits.iter().min().copied().or(Some(Duration::from_secs(1))),
             )
-        } else if classes.iter().all(|c| *c == ErrorClass::RateLimited) {
+        } else if fails.iter().all(|f| f.class == ErrorClass::RateLimited) {
             (ErrorClass::RateLimited, 429, None)
-        } else if classes.iter().all(|c| *c == ErrorClass::ContextLength) && waits.is_empty() {
+        } else if fails.iter().all(|f| f.class == ErrorClass::ContextLength) && waits.is_empty() {
             // Every route said the prompt is too long (and none was only unavailable: a
             // bigger window that is cooling may serve later): that is the client's to fix.
             (ErrorClass::ContextLength, 400, None)
-        } else if classes.contains(&ErrorClass::Timeout) {
+        } else if fails.iter().any(|f| f.class == ErrorClass::Timeout) {
             (ErrorClass::Timeout, 504, None)
         } else if fails.iter().all(|f| f.status == Some(503)) {
             (ErrorClass::Unavailable, 503, None)

@@ -1,19 +1,13 @@
 //! After commit: the response type's mid-stream policy (restart, continue, truncate) when the
 //! committed attempt fails, and the honest end when a hidden restart diverges.
 
-use super::Recovering;
-use super::Recovery;
-use super::Run;
-use super::State;
-use crate::mux::attempt::Attempt;
-use crate::mux::attempt::AttemptEvent;
-use crate::mux::midstream;
-use crate::mux::seam::Seam;
-use crate::mux::MuxError;
-use crate::types::FinishReason;
-use crate::types::MidStreamPolicy;
-use crate::types::StreamEvent;
 use std::sync::Arc;
+
+use super::{Recovering, Recovery, Run, State};
+use crate::mux::attempt::{Attempt, AttemptEvent};
+use crate::mux::seam::Seam;
+use crate::mux::{midstream, MuxError};
+use crate::types::{FinishReason, MidStreamPolicy, StreamEvent};
 
 impl Run {
     /// The recovering state: start the policy's attempt and say what the client sees of it.

@@ -11,8 +11,7 @@ use tokio::time::Instant;
 
 use crate::health::Unavailable;
 use crate::mux::budget::Refusal;
-use crate::types::Candidate;
-use crate::types::Level;
+use crate::types::{Candidate, Level};
 
 /// What has happened to one candidate within this request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,23 +6,18 @@
 //! stall timer, the cap). Dropping the request's stream there drops this state, its attempt
 //! and that attempt's upstream connection.
 
-use super::routes::RouteState;
-use super::Recovering;
-use super::Run;
-use super::State;
-use crate::mux::attempt::Attempt;
-use crate::mux::attempt::AttemptEvent;
-use crate::mux::seam::Seam;
-use crate::mux::seam::SeamOut;
-use crate::mux::seam::SeamVerdict;
-use crate::mux::MuxError;
-use crate::telemetry as t;
-use crate::types::FinishReason;
-use crate::types::MidStreamPolicy;
-use crate::types::StreamEvent;
 use std::sync::Arc;
 use std::time::Duration;
+
 use tokio::time::Instant;
+
+use super::routes::RouteState;
+use super::{Recovering, Run, State};
+use crate::mux::attempt::{Attempt, AttemptEvent};
+use crate::mux::seam::{Seam, SeamOut, SeamVerdict};
+use crate::mux::MuxError;
+use crate::telemetry as t;
+use crate::types::{FinishReason, MidStreamPolicy, StreamEvent};
 
 /// The committed attempt and how its text joins what the client holds.
 pub(super) struct Streaming {
@@ -155,8 +150,7 @@ impl Run {
     pub(super) fn continuation_seam(&self, route: &str) -> Seam {
         let convention = self.route_config(route).map(|r| r.prefill).unwrap_or_default();
         let text = &self.transcript.text;
-        let sent = convention.sent_text(text);
-        Seam::verify(text, &text[sent.len()..])
+        Seam::verify(text, convention.withheld(text))
     }
 
     /// Turns what the seam let through into events for the client: text, or, when the new

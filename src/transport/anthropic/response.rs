@@ -8,8 +8,7 @@ use serde_json::value::RawValue;
 use crate::transport::error::ErrorReply;
 use crate::transport::events::{served_model, Answer};
 use crate::transport::sse_out::{event_frame, to_json, Flow, FrameEncoder};
-use crate::types::ErrorClass;
-use crate::types::{Envelope, FinishReason, StreamEvent, ToolCall, Usage};
+use crate::types::{Envelope, ErrorClass, FinishReason, StreamEvent, ToolCall, Usage};
 
 /// `msg_…` from the request id.
 pub fn message_id(request_id: &str) -> String {

@@ -7,8 +7,7 @@ use serde::Serialize;
 use crate::transport::error::ErrorReply;
 use crate::transport::events::{served_model, Answer};
 use crate::transport::sse_out::{data_frame, Flow, FrameEncoder, DONE_FRAME};
-use crate::types::ErrorClass;
-use crate::types::{Envelope, FinishReason, StreamEvent, ToolCall, Usage};
+use crate::types::{Envelope, ErrorClass, FinishReason, StreamEvent, ToolCall, Usage};
 
 /// `chatcmpl-…` from the request id, so logs and responses correlate.
 pub fn completion_id(request_id: &str) -> String {

@@ -22,8 +22,7 @@ use crate::gateway::GatewayError;
 use crate::transport::error::ErrorReply;
 use crate::transport::native::{ChatOptions, ServerMessage};
 use crate::transport::openai::decode_value;
-use crate::types::{ChatRequest, EventStream, StreamEvent};
-use crate::types::{Dialect, RequestCtx};
+use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx, StreamEvent};
 
 /// Concurrent requests one socket may have open.
 pub const MAX_REQUESTS_PER_SOCKET: usize = 32;
