@@ -74,6 +74,7 @@ pub(super) async fn run(
     // The upstream is closed and the slot freed now, not when the stream expires.
     drop(events);
     drop(permit);
+    registry.finished(&stream.id);
     tokio::time::sleep(config.keep_after_done).await;
     registry.expire(&stream.id);
 }
