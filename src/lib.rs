@@ -15,9 +15,10 @@
 //!    ◄──────────── StreamEvent stream, pulled by the transport ◄──────────────
 //! ```
 //!
-//! Nothing is spawned on the stream path: the transport polls the gateway's stream, which
-//! polls the mux, which polls its attempts. Dropping the client's stream drops every attempt
-//! and closes every upstream connection.
+//! One task per stream, the transport's pump, polls the gateway's stream, which polls the
+//! mux, which polls its attempts; the client's response reads the pump through a bounded
+//! channel. Dropping the client's stream aborts the pump, drops every attempt and closes
+//! every upstream connection.
 //!
 //! # Layout
 //!

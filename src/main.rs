@@ -163,8 +163,11 @@ async fn serve(
     }
     tracing::info!(addr = %running.addr, "tailcut listening; try: curl -N {}/v1/chat/completions", running.url(""));
     shutdown_signal().await;
-    tracing::info!("shutdown requested");
-    running.shutdown().await;
+    tracing::info!("shutdown requested: draining (a second signal exits at once)");
+    tokio::select! {
+        _ = running.shutdown() => {}
+        _ = shutdown_signal() => tracing::warn!("second shutdown signal: exiting without finishing the drain"),
+    }
     ExitCode::SUCCESS
 }
 

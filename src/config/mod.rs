@@ -76,9 +76,23 @@ impl Config {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    /// How long in-flight streams may run after SIGTERM before they are cut.
+    /// How long in-flight streams may run after the drain grace before they are cut.
     pub drain: Duration,
+    /// After SIGTERM, how long the listener stays open (new chat requests get 503 with
+    /// Retry-After) so load balancers see `/readyz` fail before connections are refused.
+    pub drain_grace: Duration,
+    /// Counted from accept: a connection that has not sent a whole request head by then is
+    /// closed (whatever it sent: nothing, part of a request line, part of the HTTP/2 preface).
     pub header_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed (HTTP/1.1 keep-alive
+    /// and HTTP/2 alike).
+    pub idle_timeout: Duration,
+    /// The whole request body must arrive within this, or the request gets a 408.
+    pub body_read_timeout: Duration,
+    /// A client socket that accepts no byte for this long is disconnected.
+    pub client_write_timeout: Duration,
+    /// The share of `max_streams` batch requests may hold, so interactive ones always have room.
+    pub batch_max_share: f64,
     pub max_header_bytes: usize,
     pub max_headers: usize,
     pub max_body_bytes: usize,

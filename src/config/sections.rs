@@ -17,7 +17,12 @@ impl Validator {
         ServerConfig {
             listen: self.addr("server.listen", s.listen, "127.0.0.1:8080"),
             drain: ms(s.drain_ms.unwrap_or(15_000)),
-            header_read_timeout: ms(s.header_read_timeout_ms.unwrap_or(10_000)),
+            drain_grace: ms(s.drain_grace_ms.unwrap_or(5_000)),
+            header_read_timeout: self.timeout("server.header_read_timeout_ms", s.header_read_timeout_ms, 10_000),
+            idle_timeout: self.timeout("server.idle_timeout_ms", s.idle_timeout_ms, 60_000),
+            body_read_timeout: self.timeout("server.body_read_timeout_ms", s.body_read_timeout_ms, 10_000),
+            client_write_timeout: self.timeout("server.client_write_timeout_ms", s.client_write_timeout_ms, 30_000),
+            batch_max_share: self.share("server.batch_max_share", s.batch_max_share, 0.8),
             max_header_bytes: s.max_header_bytes.unwrap_or(64 * 1024),
             max_headers: s.max_headers.unwrap_or(100),
             max_body_bytes: s.max_body_bytes.unwrap_or(4 * 1024 * 1024),
@@ -134,6 +139,26 @@ impl Validator {
 }
 
 impl Validator {
+    /// A connection timeout in ms: zero would close every connection at once, so it is refused.
+    fn timeout(&mut self, path: &str, value: Option<u64>, default: u64) -> Duration {
+        let ms = value.unwrap_or(default);
+        if ms == 0 {
+            self.problem(path, "must be at least 1 (a zero timeout would close every connection)");
+            return Duration::from_millis(default);
+        }
+        Duration::from_millis(ms)
+    }
+
+    /// A share of a capacity, in (0, 1].
+    fn share(&mut self, path: &str, value: Option<f64>, default: f64) -> f64 {
+        let share = value.unwrap_or(default);
+        if !(share > 0.0 && share <= 1.0) {
+            self.problem(path, "must be in (0, 1]");
+            return default;
+        }
+        share
+    }
+
     /// `[server.cors] allowed_origins`, normalized to the form browsers send in `Origin`.
     fn cors_origins(&mut self, cors: RawCors, listed_under_ws: bool) -> Vec<String> {
         if listed_under_ws {
@@ -312,6 +337,41 @@ mod tests {
         load_str(&format!(
             "{section}\n[[routes]]\nname = \"a\"\nprovider = \"simulated\"\n[models.chat]\nroutes = [\"a\"]\n"
         ))
+    }
+
+    #[test]
+    fn zero_connection_timeouts_and_a_share_outside_zero_to_one_are_refused() {
+        let section = "[server]\nheader_read_timeout_ms = 0\nidle_timeout_ms = 0\nbody_read_timeout_ms = 0\n\
+                       client_write_timeout_ms = 0\nbatch_max_share = 1.5";
+        let paths: Vec<String> = match with_server(section) {
+            Err(ConfigError::Invalid(problems)) => problems.into_iter().map(|p| p.path).collect(),
+            other => panic!("a validation error, not {:?}", other.map(|_| ())),
+        };
+        for key in [
+            "server.header_read_timeout_ms",
+            "server.idle_timeout_ms",
+            "server.body_read_timeout_ms",
+            "server.client_write_timeout_ms",
+            "server.batch_max_share",
+        ] {
+            assert!(paths.iter().any(|p| p == key), "{key} is named: {paths:?}");
+        }
+        for share in ["0", "0.0", "-0.1", "nan"] {
+            let section = format!("[server]\nbatch_max_share = {share}");
+            assert!(with_server(&section).is_err(), "batch_max_share = {share} is refused");
+        }
+        let cfg = with_server("[server]\nbatch_max_share = 1.0").expect("a share of 1 is allowed");
+        assert_eq!(cfg.server.batch_max_share, 1.0, "kept");
+        let cfg = with_server("").expect("defaults are valid");
+        assert_eq!(
+            (
+                cfg.server.body_read_timeout,
+                cfg.server.client_write_timeout,
+                cfg.server.batch_max_share
+            ),
+            (Duration::from_secs(10), Duration::from_secs(30), 0.8),
+            "documented defaults"
+        );
     }
 
     #[test]

@@ -1,23 +1,31 @@
 //! The steps every HTTP chat endpoint takes, in order, before its dialect renders the
-//! answer: request context, access (key or token), stream permit, decoding, the key's
-//! limits, the gateway call.
+//! answer: request context, the drain check, access (key or token), decoding, the stream
+//! gate, the key's limits, the gateway call, the pump.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use axum::response::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::drain::RETRY_AFTER;
 use super::error::ErrorReply;
+use super::pump::pump;
 use crate::transport::AppState;
-use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx};
+use crate::types::{ChatRequest, Dialect, ErrorClass, EventStream, Priority, RequestCtx};
 
-/// Builds the `RequestCtx` from the headers, checks the caller's key or token (`auth`;
-/// `query_token` only where browsers cannot send headers), takes a stream permit (none left
-/// → busy), runs `prepare` (decode the request, adjust the context, and say how the answer
-/// is to be sent), admits it against the key's models and limits, calls the gateway, and
-/// hands its events and the permit to `reply`. Every failure before that is an HTTP error
-/// rendered by `error_response`.
+/// Builds the `RequestCtx` from the headers, refuses new requests while draining (503 with
+/// Retry-After, code `draining`), checks the caller's key or token (`auth`; `query_token`
+/// only where browsers cannot send headers), runs `prepare` (decode the request, adjust the
+/// context, and say how the answer is to be sent), takes a slot at the stream gate for the
+/// request's final priority (none left → busy), admits it against the key's models and
+/// limits, calls the gateway, and hands its events, driven by a pump (`transport::pump`), to
+/// `reply`. Every failure before that is an HTTP error rendered by `error_response`.
+///
+/// The slot travels with the pump, which releases it at `max_stream_ms` or at the drain's cut
+/// even when the client does not read; the permit `reply` is handed holds nothing (the
+/// dialects' signature predates the pump).
 pub(crate) async fn serve_chat<How, Reply, Replied>(
     state: &AppState,
     headers: &HeaderMap,
@@ -35,24 +43,65 @@ where
         Ok(ctx) => ctx,
         Err(e) => return error_response(&ErrorReply::from_gateway(&e), &RequestCtx::new(dialect).request_id),
     };
+    if state.drain.is_draining() {
+        return error_response(&draining(), &ctx.request_id);
+    }
     let caller = match state.access.authorize(headers, query_token, &mut ctx) {
         Ok(caller) => caller,
         Err(refusal) => return error_response(&refusal.reply(), &ctx.request_id),
-    };
-    let Ok(permit) = state.streams.clone().try_acquire_owned() else {
-        return error_response(&ErrorReply::busy(), &ctx.request_id);
     };
     let (req, how) = match prepare(&mut ctx) {
         Ok(prepared) => prepared,
         Err(e) => return error_response(&e, &ctx.request_id),
     };
+    // `prepare` may have set the priority (native options): cap it by the key again, and by
+    // the tenant as the gateway will, so the gate sees the priority the request really has.
+    if let Err(refusal) = caller.bind(&mut ctx) {
+        return error_response(&refusal.reply(), &ctx.request_id);
+    }
+    let Some(slot) = state.gate.try_enter(gate_priority(state, &ctx)) else {
+        return error_response(&ErrorReply::busy(), &ctx.request_id);
+    };
     let admission = match caller.admit(&req, &mut ctx) {
         Ok(admission) => admission,
         Err(refusal) => return error_response(&refusal.reply(), &ctx.request_id),
     };
+    // Zero permits: cannot fail unless the semaphore were closed, which it never is.
+    let Ok(no_permit) = Arc::clone(&state.streams).try_acquire_many_owned(0) else {
+        return error_response(&ErrorReply::busy(), &ctx.request_id);
+    };
     let request_id = ctx.request_id.clone();
     match state.gateway.chat(req, ctx) {
-        Ok(events) => reply(admission.guard(events), how, permit).await,
+        Ok(events) => {
+            let events = pump(
+                admission.guard(events),
+                slot,
+                state.config.server.max_stream,
+                state.drain.cut_token(),
+            );
+            reply(events, how, no_permit).await
+        }
         Err(e) => error_response(&ErrorReply::from_gateway(&e), &request_id),
+    }
+}
+
+/// The request's priority after its tenant's cap (the gateway applies the same cap later).
+fn gate_priority(state: &AppState, ctx: &RequestCtx) -> Priority {
+    let cap = ctx
+        .tenant
+        .as_deref()
+        .and_then(|t| state.config.tenant(t))
+        .and_then(|t| t.priority);
+    cap.map_or(ctx.priority, |cap| ctx.priority.min(cap))
+}
+
+/// The refusal while shutting down: a 503 any SDK retries, on another instance.
+pub(crate) fn draining() -> ErrorReply {
+    ErrorReply {
+        status: ErrorClass::Draining.http_status(),
+        class: ErrorClass::Draining,
+        code: Some("draining"),
+        retry_after: Some(RETRY_AFTER),
+        ..ErrorReply::bad_request("tailcut is shutting down (draining); retry the request")
     }
 }

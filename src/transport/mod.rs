@@ -2,12 +2,13 @@
 //! the gateway, and renders the `StreamEvent` stream back in its own wire format.
 //!
 //! Every chat endpoint follows the same steps: build the `RequestCtx` from the headers,
-//! take a stream permit (none left → 503 with `retry-after: 1`), decode the body, call
-//! the gateway, wait for the first event. `Error` first means nothing was committed: the
+//! decode the body, take a slot at the stream gate (none left for its priority → 503 with
+//! `retry-after: 1`), call the gateway, wait for the first event. `Error` first means nothing was committed: the
 //! client gets a real HTTP status. `Start` first commits: response headers go out with
 //! the envelope, and the rest of the stream is mapped to frames as the client reads them.
-//! Nothing here spawns a task on the stream path; when the client goes away the body (or
-//! socket session) is dropped, and with it the event stream and every upstream attempt.
+//! The one task on the stream path is each HTTP stream's pump (`pump`), which a bounded
+//! channel ties to the response; when the client goes away the body is dropped, the pump
+//! aborted, and with it the event stream and every upstream attempt.
 //!
 //! Layout:
 //! - `openai`: `POST /v1/chat/completions`, `GET /v1/models` (request decoding, chunks).
@@ -18,6 +19,9 @@
 //! - `streams`, `replay`: resumable streams (`/v1/streams`), each answer driven by its own
 //!   task into a bounded replay buffer, read over SSE or the WebSocket (docs/streams.md).
 //! - `chat`: the steps before the answer that every HTTP chat endpoint shares.
+//! - `pump`: one task per stream that owns its slot and upstream, so `max_stream_ms` and
+//!   the drain's cut hold even for a client that does not read.
+//! - `drain`: the shutdown signal (begun, cut) and the in-band `draining` error.
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
 //! - `error`: errors as clients see them, rendered by each dialect.
@@ -29,12 +33,14 @@ pub mod anthropic;
 pub mod auth;
 mod chat;
 pub mod cors;
+pub mod drain;
 pub mod error;
 pub mod events;
 pub mod native;
 pub mod native_sse;
 pub mod openai;
 pub mod ops;
+pub mod pump;
 pub mod replay;
 pub mod sse_out;
 mod state;
@@ -44,7 +50,7 @@ pub mod ws;
 use axum::routing::{any, delete, get, post};
 use axum::Router;
 
-pub use state::AppState;
+pub use state::{AppState, StreamGate, StreamSlot};
 
 /// The chat endpoints of every dialect.
 pub fn routes() -> Router<AppState> {

@@ -6,8 +6,6 @@
 //! `/metrics` unless `server.metrics_public = true`; without `[auth]` (loopback only) reads
 //! stay open.
 
-use std::sync::atomic::Ordering;
-
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,7 +26,7 @@ pub fn routes() -> Router<AppState> {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    if state.draining.load(Ordering::SeqCst) {
+    if state.drain.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
     } else {
         "ready".into_response()

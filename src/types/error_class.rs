@@ -44,6 +44,9 @@ pub enum ErrorClass {
     Unauthenticated,
     /// The client's key may not do this (another tenant, a model off its list): 403.
     Forbidden,
+    /// tailcut is shutting down: the request was refused, or the answer was ended at the end
+    /// of the drain. Retry on another instance.
+    Draining,
 }
 
 /// Who is at fault, for logs and alerting.
@@ -73,6 +76,7 @@ impl ErrorClass {
             ErrorClass::Internal => "internal",
             ErrorClass::Unauthenticated => "unauthenticated",
             ErrorClass::Forbidden => "forbidden",
+            ErrorClass::Draining => "draining",
         }
     }
 
@@ -116,7 +120,8 @@ impl ErrorClass {
             | ErrorClass::NotFound
             | ErrorClass::Overloaded
             | ErrorClass::NoRoute
-            | ErrorClass::Internal => Blame::Gateway,
+            | ErrorClass::Internal
+            | ErrorClass::Draining => Blame::Gateway,
             _ => Blame::Upstream,
         }
     }
@@ -135,7 +140,7 @@ impl ErrorClass {
             // answers it with a 400 before any stream exists; retrying the same request
             // cannot help, so it is not a 503.
             ErrorClass::NoRoute => 400,
-            ErrorClass::Overloaded => 503,
+            ErrorClass::Overloaded | ErrorClass::Draining => 503,
             ErrorClass::Internal => 500,
             ErrorClass::Unauthenticated => 401,
             ErrorClass::Forbidden => 403,

@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::Message;
 /// Routes and models for a test, over the built-in simulated upstream.
 pub fn config_toml(routes: &[(&str, &str, &str)], extra: &str) -> String {
     let mut s = String::from(
-        "[server]\nlisten = \"127.0.0.1:0\"\nsse_keepalive_ms = 600000\n[sim]\nlisten = \"127.0.0.1:0\"\n",
+        "[server]\nlisten = \"127.0.0.1:0\"\nsse_keepalive_ms = 600000\ndrain_grace_ms = 0\n[sim]\nlisten = \"127.0.0.1:0\"\n",
     );
     for (name, wire, scenario) in routes {
         s.push_str(&format!(

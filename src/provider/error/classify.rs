@@ -170,7 +170,11 @@ fn summary(class: ErrorClass) -> &'static str {
         ErrorClass::Quota => "the account is out of credit or quota (check its plan and billing)",
         ErrorClass::NotFound => "model or endpoint not found (check the route's base_url and model)",
         // Never an upstream's answer; named for completeness.
-        ErrorClass::NoRoute | ErrorClass::Internal | ErrorClass::Unauthenticated | ErrorClass::Forbidden => "failed",
+        ErrorClass::NoRoute
+        | ErrorClass::Internal
+        | ErrorClass::Unauthenticated
+        | ErrorClass::Forbidden
+        | ErrorClass::Draining => "failed",
     }
 }
 

@@ -1,0 +1,88 @@
+//! Request bodies at the edge: read whole, bounded in size and in time, before any handler
+//! runs. A `Content-Length` over `max_body_bytes` gets a 413 before a body byte is read; a
+//! chunked body is counted as it arrives and cut at the limit; a body that has not arrived
+//! within `body_read_timeout_ms` gets a 408. All three close the connection.
+//!
+//! Written here rather than with axum's `DefaultBodyLimit` alone, which only counts bytes
+//! while a handler reads and has no clock: a body sent at a byte a second held its
+//! connection and handler for as long as the client liked.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, Method};
+use axum::middleware::Next;
+use axum::response::Response;
+use bytes::BytesMut;
+use futures::StreamExt;
+
+use super::reply::{dialect_of, render, request_id, EdgeRefusal};
+
+/// What a request body may be.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    pub max_bytes: usize,
+    pub timeout: Duration,
+}
+
+/// Middleware: replaces the request's body with the whole body, read within `limits`, or
+/// answers the refusal in the path's dialect.
+pub async fn read_whole_body(State(limits): State<BodyLimits>, request: Request, next: Next) -> Response {
+    // No body to wait for: bodiless methods (a WebSocket upgrade, and HTTP/2's extended
+    // CONNECT whose "body" is the socket) and empty bodies go straight on.
+    let bodiless = matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::CONNECT | Method::TRACE
+    );
+    if bodiless || http_body::Body::is_end_stream(request.body()) {
+        return next.run(request).await;
+    }
+    match read(request, limits).await {
+        Ok(request) => next.run(request).await,
+        Err((refusal, path, id)) => render(refusal, dialect_of(&path), &id),
+    }
+}
+
+type Refused = (EdgeRefusal, String, String);
+
+async fn read(request: Request, limits: BodyLimits) -> Result<Request, Refused> {
+    let (parts, body) = request.into_parts();
+    let dialect = dialect_of(parts.uri.path());
+    let refuse = |refusal| {
+        (
+            refusal,
+            parts.uri.path().to_string(),
+            request_id(&parts.headers, dialect),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let too_large = EdgeRefusal::TooLarge {
+        limit: limits.max_bytes,
+    };
+    if declared.is_some_and(|n| n > limits.max_bytes as u64) {
+        return Err(refuse(too_large));
+    }
+    let capacity = declared.map_or(0, |n| n as usize).min(limits.max_bytes);
+    let mut whole = BytesMut::with_capacity(capacity);
+    let mut chunks = body.into_data_stream();
+    let gather = async {
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|_| EdgeRefusal::BodyUnreadable)?;
+            if whole.len() + chunk.len() > limits.max_bytes {
+                return Err(too_large);
+            }
+            whole.extend_from_slice(&chunk);
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(limits.timeout, gather).await {
+        Err(_) => Err(refuse(EdgeRefusal::BodyTimeout)),
+        Ok(Err(refusal)) => Err(refuse(refusal)),
+        Ok(Ok(())) => Ok(Request::from_parts(parts, Body::from(whole.freeze()))),
+    }
+}

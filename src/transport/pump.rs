@@ -1,0 +1,246 @@
+//! The stream pump: one task per chat stream that pulls the gateway's events into a small
+//! bounded channel the response reads from, and owns what must be released on time (the
+//! stream's slot, the upstream) whether or not the client reads.
+//!
+//! Why a task: hyper polls a response body only when it can write to the socket, so a
+//! client that stops reading (or reads a byte now and then) stops every timer inside the
+//! body, and with it `max_stream_ms` and the drain's cut. The pump is polled by the runtime
+//! instead. It ends, dropping the events (which closes every upstream connection) and the
+//! slot, when:
+//! - the answer ends (its terminal event was queued);
+//! - the reader went away (the returned stream was dropped: the task is aborted);
+//! - `max_stream` passed since the commit (`Start`): the reader then gets, after what was
+//!   already queued, the same truncated `Finish` the mux sends at its own cap;
+//! - the drain cut it: the reader then gets a `draining` error after what was queued.
+//!
+//! Memory per stream is bounded by the channel (`CAPACITY` events) however slow the reader.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::drain::cut_event;
+use crate::types::{Envelope, EventStream, FinishReason, StreamEvent};
+
+/// Events queued for a reader. A few socket writes' worth of deltas: enough that a reading
+/// client never waits on the pump, small because a non-reading client holds this much.
+pub const CAPACITY: usize = 16;
+
+/// Why the pump stopped before queueing a terminal event.
+#[derive(Debug)]
+enum Stop {
+    /// The inner stream ended (with its terminal event, or without one: the dialect says so).
+    Ended,
+    /// `max_stream` after commit.
+    Capped(Envelope),
+    /// The drain cut the stream.
+    Cut(Envelope),
+}
+
+/// Drives `events` in a task of its own, holding `slot` until it ends; the returned stream
+/// reads what it queued. `max_stream` counts from `Start`; `cut` is the drain's cut.
+pub fn pump<S>(mut events: EventStream, slot: S, max_stream: Duration, cut: CancellationToken) -> EventStream
+where
+    S: Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel(CAPACITY);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let _slot = slot;
+        let mut capped_at: Option<Instant> = None;
+        let mut envelope = Envelope::default();
+        let cap = |at: Option<Instant>| async move {
+            match at {
+                Some(at) => sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let stop = loop {
+            let event = tokio::select! {
+                biased;
+                _ = cut.cancelled() => break Stop::Cut(envelope),
+                _ = cap(capped_at) => break Stop::Capped(envelope),
+                event = events.next() => event,
+            };
+            let Some(event) = event else { break Stop::Ended };
+            if let StreamEvent::Start(env) = &event {
+                capped_at = Some(Instant::now() + max_stream);
+                envelope = env.clone();
+            }
+            let terminal = matches!(event, StreamEvent::Finish { .. } | StreamEvent::Error(_));
+            tokio::select! {
+                biased;
+                _ = cut.cancelled() => break Stop::Cut(envelope),
+                _ = cap(capped_at) => break Stop::Capped(envelope),
+                sent = tx.send(event) => if sent.is_err() { break Stop::Ended },
+            }
+            if terminal {
+                break Stop::Ended;
+            }
+        };
+        // The upstream closes before the slot is given back, and both before the reader
+        // learns why: by then nothing of this stream is held but what is queued.
+        drop(events);
+        drop(_slot);
+        let _ = stop_tx.send(stop);
+    });
+    let abort = AbortOnDrop(task);
+    Box::pin(async_stream::stream! {
+        let _abort = abort;
+        while let Some(event) = rx.recv().await {
+            yield event;
+        }
+        match stop_rx.await {
+            Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(cut_event(envelope)),
+            Ok(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope },
+            // Ended, or the task is gone: the dialect renders an unfinished stream honestly.
+            Ok(Stop::Ended) | Err(_) => {}
+        }
+    })
+}
+
+/// Aborts the pump when its reader is dropped, so a client that goes away cancels the
+/// upstream at once, even while the pump waits on it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// Counts as released when dropped.
+    struct Slot(Arc<AtomicBool>);
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A committed answer that never ends, which says when it is dropped (the upstream closed).
+    fn endless(dropped: Arc<AtomicBool>) -> EventStream {
+        let guard = Slot(dropped);
+        Box::pin(async_stream::stream! {
+            let _guard = guard;
+            yield StreamEvent::Start(Envelope { route: Some("r".into()), ..Envelope::default() });
+            loop {
+                yield StreamEvent::TextDelta("x".into());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    }
+
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_that_never_reads_loses_its_upstream_and_slot_at_max_stream() {
+        let (upstream, slot) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let mut out = pump(
+            endless(upstream.clone()),
+            Slot(slot.clone()),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+        );
+        assert!(
+            matches!(out.next().await, Some(StreamEvent::Start(_))),
+            "start comes through"
+        );
+        tokio::time::advance(Duration::from_secs(59)).await;
+        settle().await;
+        assert!(!upstream.load(Ordering::SeqCst), "still streaming before the cap");
+        assert!(!slot.load(Ordering::SeqCst), "slot held before the cap");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        settle().await;
+        assert!(
+            upstream.load(Ordering::SeqCst),
+            "the upstream is closed at max_stream without a read"
+        );
+        assert!(
+            slot.load(Ordering::SeqCst),
+            "the slot is released at max_stream without a read"
+        );
+        let rest: Vec<StreamEvent> = out.collect().await;
+        assert!(
+            rest.len() <= CAPACITY + 1,
+            "only what was queued, then the end: {}",
+            rest.len()
+        );
+        assert!(
+            matches!(rest.last(), Some(StreamEvent::Finish { reason: FinishReason::Truncated, envelope }) if envelope.route.as_deref() == Some("r")),
+            "the reader ends with a truncated finish carrying the envelope: {:?}",
+            rest.last()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cut_ends_a_stream_with_a_draining_error_after_what_was_queued() {
+        let upstream = Arc::new(AtomicBool::new(false));
+        let cut = CancellationToken::new();
+        let mut out = pump(endless(upstream.clone()), (), Duration::from_secs(600), cut.clone());
+        assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
+        assert!(matches!(out.next().await, Some(StreamEvent::TextDelta(_))), "a delta");
+        cut.cancel();
+        settle().await;
+        assert!(upstream.load(Ordering::SeqCst), "the cut closes the upstream");
+        let rest: Vec<StreamEvent> = out.collect().await;
+        match rest.last() {
+            Some(StreamEvent::Error(e)) => assert_eq!(e.class.as_str(), "draining", "class"),
+            other => panic!("ends with a draining error, not {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_reader_closes_the_upstream_at_once() {
+        let (upstream, slot) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let mut out = pump(
+            endless(upstream.clone()),
+            Slot(slot.clone()),
+            Duration::from_secs(600),
+            CancellationToken::new(),
+        );
+        out.next().await;
+        drop(out);
+        settle().await;
+        assert!(upstream.load(Ordering::SeqCst), "upstream closed");
+        assert!(slot.load(Ordering::SeqCst), "slot released");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_answer_passes_through_unchanged() {
+        let events: EventStream = Box::pin(futures::stream::iter(vec![
+            StreamEvent::Start(Envelope::default()),
+            StreamEvent::TextDelta("hi".into()),
+            StreamEvent::Finish {
+                reason: FinishReason::Stop,
+                envelope: Envelope::default(),
+            },
+        ]));
+        let out: Vec<StreamEvent> = pump(events, (), Duration::from_secs(1), CancellationToken::new())
+            .collect()
+            .await;
+        assert_eq!(out.len(), 3, "every event, nothing added: {out:?}");
+        assert!(
+            matches!(
+                out[2],
+                StreamEvent::Finish {
+                    reason: FinishReason::Stop,
+                    ..
+                }
+            ),
+            "the real finish"
+        );
+    }
+}
