@@ -109,6 +109,34 @@ pub struct ServerConfig {
     /// The longest a single answer may stream once committed; past it, the answer ends as
     /// truncated without blaming the route.
     pub max_stream: Duration,
+    /// What decoding one chat request body may cost (`max_messages`, `max_decoded_bytes`).
+    pub request_limits: RequestLimits,
+}
+
+/// Bounds on what one chat request costs to decode, checked before it is decoded, so a
+/// small body cannot grow into a large tree (`[server] max_messages`, `max_decoded_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Messages in one request (`messages`, plus Anthropic's `system` blocks).
+    pub max_messages: usize,
+    /// The request's size once decoded: the bytes of every string (keys included) plus
+    /// `DECODED_BYTES_PER_VALUE` for every JSON value.
+    pub max_decoded_bytes: usize,
+}
+
+impl RequestLimits {
+    /// What one JSON value (object, array, string, number, ...) is counted as, besides its
+    /// text: about what a decoded `serde_json::Value` and its map entry take.
+    pub const DECODED_BYTES_PER_VALUE: usize = 64;
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            max_messages: 2048,
+            max_decoded_bytes: 8 * 1024 * 1024,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

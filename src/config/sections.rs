@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::raw::{RawCors, RawHedge, RawServer};
 use super::validate::Validator;
-use super::{BreakerConfig, ProbeMode};
+use super::{BreakerConfig, ProbeMode, RequestLimits};
 use super::{HedgeConfig, MidStreamPolicy, PolicyConfig, ServerConfig};
 
 impl Validator {
@@ -34,7 +34,23 @@ impl Validator {
             metrics_public: s.metrics_public.unwrap_or(false),
             deadline: ms(s.deadline_ms.unwrap_or(60_000).max(1)),
             max_stream: ms(s.max_stream_ms.unwrap_or(600_000).max(1)),
+            request_limits: self.request_limits(s.max_messages, s.max_decoded_bytes),
         }
+    }
+
+    fn request_limits(&mut self, max_messages: Option<usize>, max_decoded_bytes: Option<usize>) -> RequestLimits {
+        let defaults = RequestLimits::default();
+        let limits = RequestLimits {
+            max_messages: max_messages.unwrap_or(defaults.max_messages),
+            max_decoded_bytes: max_decoded_bytes.unwrap_or(defaults.max_decoded_bytes),
+        };
+        if limits.max_messages == 0 {
+            self.problem("server.max_messages", "must be at least 1");
+        }
+        if limits.max_decoded_bytes < 1024 {
+            self.problem("server.max_decoded_bytes", "must be at least 1024");
+        }
+        limits
     }
 
     pub(super) fn hedge(&mut self, h: RawHedge) -> HedgeConfig {

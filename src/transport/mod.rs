@@ -16,6 +16,7 @@
 //! - `native_sse`: `POST|GET /v1/stream`, the native events over SSE for browsers.
 //! - `native`: the native messages shared by `ws` and `native_sse`.
 //! - `chat`: the steps before the answer that every HTTP chat endpoint shares.
+//! - `body`: what a chat body must be before decoding (JSON, within the cost limits).
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
 //! - `error`: errors as clients see them, rendered by each dialect.
@@ -25,6 +26,7 @@
 
 pub mod anthropic;
 pub mod auth;
+pub mod body;
 mod chat;
 pub mod cors;
 pub mod error;

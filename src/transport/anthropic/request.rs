@@ -149,6 +149,13 @@ fn turn(i: usize, value: Value, out: &mut Vec<Message>) -> Result<(), DecodeErro
             return Ok(());
         }
         Value::Array(blocks) => blocks,
+        // A missing `content` decodes as null.
+        Value::Null => {
+            return Err(DecodeError::new(
+                format!("{at}.content"),
+                format!("{at}.content: field required"),
+            ))
+        }
         _ => {
             return Err(DecodeError::new(
                 format!("{at}.content"),
