@@ -19,21 +19,21 @@ use crate::config::RequestLimits;
 /// `415` unless the body is declared as JSON: `application/json`, or any
 /// `application/*+json`, with any parameters. A body without a `content-type` is read as
 /// JSON (minimal clients omit it); a form or `text/plain` post never is.
+/// Every `content-type` line counts: a request that declares two types is refused unless
+/// both are JSON.
 pub fn require_json(headers: &HeaderMap) -> Result<(), ErrorReply> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let text = value.to_str().unwrap_or_default();
-    let essence = text.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    let json = essence == "application/json"
-        || essence
-            .strip_prefix("application/")
-            .is_some_and(|sub| sub.ends_with("+json"));
-    if json {
-        Ok(())
-    } else {
-        Err(ErrorReply::unsupported_media_type(Some(text)))
+    for value in headers.get_all(header::CONTENT_TYPE) {
+        let text = value.to_str().unwrap_or_default();
+        let essence = text.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        let json = essence == "application/json"
+            || essence
+                .strip_prefix("application/")
+                .is_some_and(|sub| sub.ends_with("+json"));
+        if !json {
+            return Err(ErrorReply::unsupported_media_type(Some(text)));
+        }
     }
+    Ok(())
 }
 
 /// Refuses a body whose decoding would cost more than `limits` allow, with a 400 naming the

@@ -26,6 +26,8 @@ struct RawRequest {
 #[derive(Debug, Deserialize)]
 struct RawMessage {
     role: String,
+    /// Missing is null, refused with the key path by `message`.
+    #[serde(default)]
     content: Value,
 }
 
