@@ -109,6 +109,7 @@ mod record;
 mod request;
 mod respond;
 mod scenario;
+mod schema;
 mod server;
 mod stream;
 mod timing;
@@ -119,5 +120,7 @@ mod tests;
 pub use continuation::{answer_tokens, diverging_answer, PrefillOutcome};
 pub use profiles::{profile, profile_names};
 pub use record::{SimEnd, SimRecord};
-pub use scenario::{Behaviour, Brownout, ColdStart, Continuation, Convention, Failure, Scenario, ToolCallSpec, Ttft};
+pub use scenario::{
+    Behaviour, Brownout, ColdStart, Continuation, Convention, Failure, Phase, Scenario, ToolCallSpec, Ttft,
+};
 pub use server::{serve_standalone, SimHandle};
