@@ -3,6 +3,8 @@
 
 mod auth;
 mod breaker;
+mod env;
+mod extends;
 mod raw;
 mod routes;
 mod routing;
@@ -16,8 +18,9 @@ use std::time::Duration;
 pub use crate::types::MidStreamPolicy;
 pub use auth::{is_loopback, valid_key_name, AuthConfig, KeyConfig};
 pub use breaker::{BreakerConfig, ProbeMode};
+pub use env::{missing_env, Severity};
 pub use sections::normalize_origin;
-pub use validate::{load_file, load_str, ConfigError, ConfigProblem};
+pub use validate::{load_file, load_str, resolve_addr, ConfigError, ConfigProblem};
 
 use crate::sim::Scenario;
 use crate::types::Priority;
