@@ -266,6 +266,18 @@ async fn limits_are_429_with_retry_after_and_deadlines_are_504_without() {
             false,
         );
 
+        // A deadline shorter than any route's minimum useful time: refused without trying.
+        let r = send(&server, d, &body(d, "chat", "hi"), &[("x-tailcut-deadline-ms", "1")]).await;
+        row(
+            "deadline too short for every route",
+            d,
+            &r,
+            504,
+            ("server_error", "timeout"),
+            "timeout_error",
+            false,
+        );
+
         let r = send(&server, d, &body(d, "broken", "hi"), &[]).await;
         row(
             "every route failed",

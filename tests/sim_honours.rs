@@ -176,15 +176,29 @@ fn the_default_demo_model_hedges_continues_and_restarts_within_a_minute() {
 
     // 0-20 s: the primary's first token comes after the hedge is due; the backup's before.
     let slow = at(primary, 5).ttft.median_ms;
-    assert!(slow > 2.0 * ceiling.as_millis() as f64, "slow primary ({slow} ms) vs hedge ceiling {ceiling:?}");
-    assert!(at(backup, 5).ttft.median_ms < ceiling.as_millis() as f64, "the backup wins the hedge");
+    assert!(
+        slow > 2.0 * ceiling.as_millis() as f64,
+        "slow primary ({slow} ms) vs hedge ceiling {ceiling:?}"
+    );
+    assert!(
+        at(backup, 5).ttft.median_ms < ceiling.as_millis() as f64,
+        "the backup wins the hedge"
+    );
     assert_eq!(at(primary, 5).failure.drop_after_tokens, None, "and no drop then");
     // 20-40 s: the primary drops mid-answer and the backup continues exactly.
     assert!(at(primary, 25).failure.drop_after_tokens.is_some(), "drops");
     assert_eq!(at(backup, 25).continuation.behaviour, Behaviour::Exact, "continues");
     // 40-60 s: the primary drops and the backup refuses the prefill: a restart.
     assert!(at(primary, 45).failure.drop_after_tokens.is_some(), "drops");
-    assert_eq!(at(backup, 45).continuation.behaviour, Behaviour::Refuses, "refuses the prefill");
+    assert_eq!(
+        at(backup, 45).continuation.behaviour,
+        Behaviour::Refuses,
+        "refuses the prefill"
+    );
     // Then it starts over.
-    assert_eq!(at(primary, 65).ttft.median_ms, slow, "the schedule repeats every minute");
+    assert_eq!(
+        at(primary, 65).ttft.median_ms,
+        slow,
+        "the schedule repeats every minute"
+    );
 }
