@@ -53,3 +53,28 @@ fn help_documents_every_option_default_and_the_log_variables() {
         assert!(help.contains(var), "{var} is documented: {help}");
     }
 }
+
+#[test]
+fn serve_reports_every_unset_key_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("keys.toml");
+    let route = |name: &str, var: &str| {
+        format!("[[routes]]\nname = \"{name}\"\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_env = \"{var}\"\n")
+    };
+    let text = format!(
+        "{}{}[models.chat]\nroutes = [\"a\", \"b\"]\n",
+        route("a", "TAILCUT_TEST_CLI_UNSET_A"),
+        route("b", "TAILCUT_TEST_CLI_UNSET_B")
+    );
+    std::fs::write(&path, text).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_tailcut"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run tailcut");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "serve refuses to start: {err}");
+    for var in ["TAILCUT_TEST_CLI_UNSET_A", "TAILCUT_TEST_CLI_UNSET_B"] {
+        assert!(err.contains(var), "{var} is reported: {err}");
+    }
+}
