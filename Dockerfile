@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # tailcut in a container: a release build in a full Rust image, then the binary alone on a
 # distroless base (glibc and CA roots, no shell, no package manager), run as a non-root user.
 #
@@ -9,7 +10,6 @@
 #
 # See docs/deploy.md for secrets, health checks, drain, TLS and reverse proxies.
 
-# syntax=docker/dockerfile:1
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src
 COPY . .
