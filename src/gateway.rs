@@ -33,7 +33,15 @@ impl RequestCtx {
             ctx.request_id = id.to_string();
         }
         if let Some(v) = get("x-tailcut-hedge") {
-            ctx.hedge_off = matches!(v.to_ascii_lowercase().as_str(), "off" | "false" | "0" | "no");
+            ctx.hedge_off = match v.to_ascii_lowercase().as_str() {
+                "on" | "true" | "1" | "yes" => false,
+                "off" | "false" | "0" | "no" => true,
+                _ => {
+                    return Err(GatewayError::BadRequest(format!(
+                        "x-tailcut-hedge must be on or off (true/false, 1/0, yes/no), not {v:?}"
+                    )))
+                }
+            };
         }
         if let Some(v) = get("x-tailcut-response-type") {
             ctx.response_type = Some(ResponseType::parse(v).ok_or_else(|| {
@@ -81,9 +89,12 @@ pub enum GatewayError {
 }
 
 impl GatewayError {
+    /// The HTTP status, as in `docs/errors.md`: an unknown model is a 404, as OpenAI and
+    /// Anthropic answer it.
     pub fn status(&self) -> u16 {
         match self {
-            GatewayError::UnknownModel { .. } | GatewayError::BadRequest(_) => 400,
+            GatewayError::UnknownModel { .. } => 404,
+            GatewayError::BadRequest(_) => 400,
             GatewayError::Overloaded { .. } => 503,
         }
     }

@@ -1,15 +1,25 @@
 //! The `tailcut` command: `serve` (default), `sim`, `check-config`, `keys new`. The
 //! benchmarks are the `tailcut-bench` command (bench/), so this binary does not carry them.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tailcut::config::{self, Config, ConfigError};
+use tailcut::config::{self, Config, ConfigError, Severity};
+
+/// Shown under every command's --help.
+const ENVIRONMENT: &str = "Environment:
+  TAILCUT_LOG         log filter, tracing's EnvFilter syntax (default: info),
+                      e.g. TAILCUT_LOG=debug or TAILCUT_LOG=info,tailcut::mux=debug
+  TAILCUT_LOG_FORMAT  json: one JSON object per line; anything else: text
+                      (ANSI colours only when stdout is a terminal and NO_COLOR is unset)
+  Each *_env key of the config (api_key_env, admin_token_env, token_secret_env) names a
+  variable read at start; `tailcut check-config FILE` says which are unset.";
 
 #[derive(Parser)]
-#[command(name = "tailcut", version, about = "A streaming-first LLM edge server")]
+#[command(name = "tailcut", version, about = "A streaming-first LLM edge server", after_help = ENVIRONMENT)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -18,29 +28,48 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve chat requests (the default; with no --config, the embedded simulated routes).
+    #[command(after_help = ENVIRONMENT)]
     Serve {
-        #[arg(long)]
+        /// The config file [default: the embedded config/default.toml: simulated routes, no keys].
+        /// A file with `extends = "default"` changes only the keys it names.
+        #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        #[arg(long)]
-        listen: Option<SocketAddr>,
-        /// Serve a non-loopback address with no [auth] (as `server.allow_unauthenticated`).
+        /// Listen here instead of `server.listen` [default: the config's, 127.0.0.1:8080 in the
+        /// embedded one]: IP:PORT or HOST:PORT (the host name is resolved, e.g. localhost:8080).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Serve a non-loopback address with no [auth] (as `server.allow_unauthenticated`)
+        /// [default: off].
         #[arg(long)]
         allow_unauthenticated: bool,
         /// A browser origin allowed to call the API (adds to `[server.cors] allowed_origins`;
-        /// repeatable), e.g. the public address the embedded playground is served at.
+        /// repeatable), e.g. the public address the embedded playground is served at
+        /// [default: none besides the config's].
         #[arg(long = "allow-origin", value_name = "ORIGIN")]
         allow_origins: Vec<String>,
     },
     /// Run the simulated upstream alone.
+    #[command(after_help = ENVIRONMENT)]
     Sim {
-        #[arg(long, default_value = "127.0.0.1:9101")]
+        /// Where the simulated upstream listens.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9101")]
         listen: SocketAddr,
-        /// A config file whose [sim.scenarios.*] are served besides the built-in profiles.
-        #[arg(long)]
+        /// A config file whose [sim.scenarios.*] are served besides the built-in profiles
+        /// [default: the built-in profiles only].
+        #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
-    /// Validate a config file, listing every problem with its key path.
-    CheckConfig { file: PathBuf },
+    /// Validate a config file: every problem at once, each under its key path, and every
+    /// *_env variable it names that is unset. Exits 1 on any error.
+    #[command(after_help = ENVIRONMENT)]
+    CheckConfig {
+        /// The config file to check.
+        file: PathBuf,
+        /// Unset *_env variables are warnings, not errors (the file is checked away from
+        /// the environment it will run in) [default: off].
+        #[arg(long)]
+        offline: bool,
+    },
     /// Client keys for `[auth]`.
     Keys {
         #[command(subcommand)]
@@ -92,7 +121,7 @@ fn main() -> ExitCode {
                 allow_origins,
             } => serve(config, listen, allow_unauthenticated, &allow_origins).await,
             Command::Sim { listen, config } => sim(listen, config).await,
-            Command::CheckConfig { file } => check_config(&file),
+            Command::CheckConfig { file, offline } => check_config(&file, offline),
             Command::Keys { .. } => ExitCode::SUCCESS,
         }
     })
@@ -102,7 +131,12 @@ fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TAILCUT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let json = std::env::var("TAILCUT_LOG_FORMAT").is_ok_and(|v| v == "json");
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    // Logs go to stdout: colour codes only for a person at a terminal, never in a file.
+    let ansi = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi);
     if json {
         builder.json().init();
     } else {
@@ -119,7 +153,7 @@ fn load(path: Option<&PathBuf>) -> Result<Config, ConfigError> {
 
 async fn serve(
     path: Option<PathBuf>,
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
     allow_unauthenticated: bool,
     allow_origins: &[String],
 ) -> ExitCode {
@@ -130,8 +164,24 @@ async fn serve(
             return ExitCode::FAILURE;
         }
     };
-    if let Some(addr) = listen {
-        config.server.listen = addr;
+    let missing: Vec<_> = config::missing_env(&config)
+        .into_iter()
+        .filter(|(severity, _)| *severity == Severity::Error)
+        .collect();
+    if !missing.is_empty() {
+        for (_, problem) in &missing {
+            eprintln!("tailcut: {problem}");
+        }
+        return ExitCode::FAILURE;
+    }
+    if let Some(text) = listen {
+        match config::resolve_addr(&text) {
+            Ok(addr) => config.server.listen = addr,
+            Err(why) => {
+                eprintln!("tailcut: --listen {why}");
+                return ExitCode::from(2);
+            }
+        }
     }
     config.server.allow_unauthenticated |= allow_unauthenticated;
     for origin in allow_origins {
@@ -207,19 +257,46 @@ fn new_key(tenant: &str, name: Option<&str>) -> ExitCode {
     }
 }
 
-fn check_config(file: &std::path::Path) -> ExitCode {
-    match config::load_file(file) {
-        Ok(c) => {
+/// One line per finding, `FILE: error|warning: key.path: message`, then a summary line;
+/// "ok" only when nothing is an error.
+fn check_config(file: &std::path::Path, offline: bool) -> ExitCode {
+    let name = file.display();
+    let (config, mut errors) = match config::load_file(file) {
+        Ok(c) => (Some(c), 0usize),
+        Err(ConfigError::Invalid(problems)) => {
+            for p in &problems {
+                eprintln!("{name}: error: {p}");
+            }
+            (None, problems.len())
+        }
+        Err(e) => {
+            eprintln!("{name}: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut warnings = 0usize;
+    if let Some(c) = &config {
+        for (severity, problem) in config::missing_env(c) {
+            if severity == Severity::Error && !offline {
+                errors += 1;
+                eprintln!("{name}: error: {problem}");
+            } else {
+                warnings += 1;
+                eprintln!("{name}: warning: {problem}");
+            }
+        }
+    }
+    match (&config, errors) {
+        (Some(c), 0) => {
             println!(
-                "{}: ok ({} routes, {} models)",
-                file.display(),
+                "{name}: ok ({} routes, {} models, {warnings} warning(s))",
                 c.routes.len(),
                 c.models.len()
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("{}: {e}", file.display());
+        _ => {
+            eprintln!("{name}: {errors} error(s), {warnings} warning(s)");
             ExitCode::FAILURE
         }
     }

@@ -3,6 +3,8 @@
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+mod help;
+
 pub const REQUESTS_TOTAL: &str = "tailcut_requests_total";
 pub const ACTIVE_STREAMS: &str = "tailcut_active_streams";
 pub const TTFT_SECONDS: &str = "tailcut_ttft_seconds";
@@ -31,11 +33,13 @@ pub fn install() -> Option<PrometheusHandle> {
     static HANDLE: std::sync::OnceLock<Option<PrometheusHandle>> = std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            PrometheusBuilder::new()
+            let handle = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".to_string()), LATENCY_BUCKETS)
                 .ok()?
                 .install_recorder()
-                .ok()
+                .ok()?;
+            help::describe_all();
+            Some(handle)
         })
         .clone()
 }

@@ -173,7 +173,7 @@ async fn an_allowed_origins_answers_carry_allow_origin_and_expose_route_headers(
         .send()
         .await
         .expect("sent");
-    assert_eq!(error.status(), 400, "an unknown model is a 400");
+    assert_eq!(error.status(), 404, "an unknown model is a 404");
     assert_eq!(
         header(&error, "access-control-allow-origin"),
         Some(APP),

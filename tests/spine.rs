@@ -177,14 +177,14 @@ async fn every_route_503_is_a_503_or_502_with_json() {
 }
 
 #[tokio::test]
-async fn unknown_model_is_a_400_listing_known_models() {
+async fn unknown_model_is_a_404_listing_known_models() {
     let server = start(&config_toml(&[("a", "openai", "quick")], QUICK)).await;
     let resp = post_chat(
         &server,
         &json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]}),
     )
     .await;
-    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.status(), 404, "an unknown model is a 404, as OpenAI answers it");
     let body: serde_json::Value = resp.json().await.expect("json");
     assert!(
         body["error"]["message"].as_str().is_some_and(|m| m.contains("chat")),

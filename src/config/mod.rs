@@ -3,6 +3,8 @@
 
 mod auth;
 mod breaker;
+mod env;
+mod extends;
 mod raw;
 mod routes;
 mod routing;
@@ -16,8 +18,9 @@ use std::time::Duration;
 pub use crate::types::MidStreamPolicy;
 pub use auth::{is_loopback, valid_key_name, AuthConfig, KeyConfig};
 pub use breaker::{BreakerConfig, ProbeMode};
+pub use env::{missing_env, Severity};
 pub use sections::normalize_origin;
-pub use validate::{load_file, load_str, ConfigError, ConfigProblem};
+pub use validate::{load_file, load_str, resolve_addr, ConfigError, ConfigProblem};
 
 use crate::sim::Scenario;
 use crate::types::Priority;
@@ -125,6 +128,34 @@ pub struct ServerConfig {
     pub max_stream: Duration,
     /// `[server.streams]`: the registry of resumable streams and their replay buffers.
     pub streams: StreamsConfig,
+    /// What decoding one chat request body may cost (`max_messages`, `max_decoded_bytes`).
+    pub request_limits: RequestLimits,
+}
+
+/// Bounds on what one chat request costs to decode, checked before it is decoded, so a
+/// small body cannot grow into a large tree (`[server] max_messages`, `max_decoded_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Messages in one request (`messages`, plus Anthropic's `system` blocks).
+    pub max_messages: usize,
+    /// The request's size once decoded: the bytes of every string (keys included) plus
+    /// `DECODED_BYTES_PER_VALUE` for every JSON value.
+    pub max_decoded_bytes: usize,
+}
+
+impl RequestLimits {
+    /// What one JSON value (object, array, string, number, ...) is counted as, besides its
+    /// text: about what a decoded `serde_json::Value` and its map entry take.
+    pub const DECODED_BYTES_PER_VALUE: usize = 64;
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            max_messages: 2048,
+            max_decoded_bytes: 8 * 1024 * 1024,
+        }
+    }
 }
 
 /// `[server.streams]`: bounds and timers of resumable streams (`transport::streams`).

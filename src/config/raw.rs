@@ -26,6 +26,8 @@ pub struct RawServer {
     pub admin_token_env: Option<String>,
     pub allow_unauthenticated: Option<bool>,
     pub metrics_public: Option<bool>,
+    pub max_messages: Option<usize>,
+    pub max_decoded_bytes: Option<usize>,
     pub ws: Option<RawWs>,
     pub cors: Option<RawCors>,
     pub streams: Option<RawStreams>,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::raw::{RawCors, RawHedge, RawServer, RawStreams};
 use super::validate::Validator;
-use super::{BreakerConfig, ProbeMode};
+use super::{BreakerConfig, ProbeMode, RequestLimits};
 use super::{HedgeConfig, MidStreamPolicy, PolicyConfig, ServerConfig, StreamsConfig};
 
 impl Validator {
@@ -39,6 +39,7 @@ impl Validator {
             metrics_public: s.metrics_public.unwrap_or(false),
             deadline: ms(s.deadline_ms.unwrap_or(60_000).max(1)),
             max_stream: ms(s.max_stream_ms.unwrap_or(600_000).max(1)),
+            request_limits: self.request_limits(s.max_messages, s.max_decoded_bytes),
             streams: self.streams(s.streams.unwrap_or_default()),
         }
     }
@@ -58,6 +59,21 @@ impl Validator {
             detached_cancel: ms(s.detached_cancel_ms.unwrap_or(30_000).max(1)),
             retry: ms(s.retry_ms.unwrap_or(1_000)),
         }
+    }
+
+    fn request_limits(&mut self, max_messages: Option<usize>, max_decoded_bytes: Option<usize>) -> RequestLimits {
+        let defaults = RequestLimits::default();
+        let limits = RequestLimits {
+            max_messages: max_messages.unwrap_or(defaults.max_messages),
+            max_decoded_bytes: max_decoded_bytes.unwrap_or(defaults.max_decoded_bytes),
+        };
+        if limits.max_messages == 0 {
+            self.problem("server.max_messages", "must be at least 1");
+        }
+        if limits.max_decoded_bytes < 1024 {
+            self.problem("server.max_decoded_bytes", "must be at least 1024");
+        }
+        limits
     }
 
     pub(super) fn hedge(&mut self, h: RawHedge) -> HedgeConfig {

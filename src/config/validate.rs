@@ -50,6 +50,13 @@ pub fn load_str(text: &str) -> Result<Config, ConfigError> {
             return Err(ConfigError::Invalid(v.problems));
         }
     };
+    let table = match super::extends::resolve(table) {
+        Ok(t) => t,
+        Err(why) => {
+            v.problem("extends", why);
+            return Err(ConfigError::Invalid(v.problems));
+        }
+    };
     let config = v.config(&table);
     if v.problems.is_empty() {
         Ok(config)
@@ -65,7 +72,7 @@ pub(super) struct Validator {
 
 const TOP_LEVEL: &[&str] = &[
     "server", "routes", "models", "tenants", "hedge", "policies", "limits", "breaker", "ranking", "leases", "cache",
-    "sim", "auth",
+    "sim", "auth", "extends",
 ];
 
 impl Validator {
@@ -79,18 +86,7 @@ impl Validator {
     /// Deserializes one section, recording type errors and unknown keys under `path`.
     pub(super) fn section<T: DeserializeOwned + Default>(&mut self, path: &str, value: Option<&toml::Value>) -> T {
         let Some(value) = value else { return T::default() };
-        let mut unknown = Vec::new();
-        let result: Result<T, _> = serde_ignored::deserialize(value.clone(), |p| unknown.push(p.to_string()));
-        for key in unknown {
-            self.problem(format!("{path}.{key}"), "unknown key");
-        }
-        match result {
-            Ok(t) => t,
-            Err(e) => {
-                self.problem(path, e.to_string().trim_end());
-                T::default()
-            }
-        }
+        self.section_opt(path, value).unwrap_or_default()
     }
 
     fn config(&mut self, table: &toml::Table) -> Config {
@@ -130,12 +126,14 @@ impl Validator {
         }
     }
 
+    /// A listen address: `IP:PORT`, or `HOST:PORT` with the host name resolved now
+    /// (`localhost:8083`; an IPv4 address preferred when the name has both).
     pub(super) fn addr(&mut self, path: &str, value: Option<String>, default: &str) -> SocketAddr {
         let text = value.unwrap_or_else(|| default.to_string());
-        match text.parse() {
+        match resolve_addr(&text) {
             Ok(a) => a,
-            Err(_) => {
-                self.problem(path, format!("{text:?} is not an address like 127.0.0.1:8080"));
+            Err(why) => {
+                self.problem(path, why);
                 default.parse().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)))
             }
         }
@@ -154,16 +152,28 @@ impl Validator {
         SimConfig { listen, scenarios }
     }
 
+    /// Deserializes one section, recording unknown keys and a type error under their full
+    /// key paths (`server.max_body_bytes`), each message on one line.
     fn section_opt<T: DeserializeOwned>(&mut self, path: &str, value: &toml::Value) -> Option<T> {
         let mut unknown = Vec::new();
-        let result: Result<T, _> = serde_ignored::deserialize(value.clone(), |p| unknown.push(p.to_string()));
+        let result: Result<T, _> = {
+            let mut note = |p: serde_ignored::Path<'_>| unknown.push(p.to_string());
+            let ignored = serde_ignored::Deserializer::new(value.clone(), &mut note);
+            serde_path_to_error::deserialize(ignored)
+        };
         for key in unknown {
             self.problem(format!("{path}.{key}"), "unknown key");
         }
         match result {
             Ok(t) => Some(t),
             Err(e) => {
-                self.problem(path, e.to_string().trim_end());
+                let inner = e.path().to_string();
+                let at = match inner.as_str() {
+                    "" | "." => path.to_string(),
+                    sub if sub.starts_with('[') => format!("{path}{sub}"),
+                    sub => format!("{path}.{sub}"),
+                };
+                self.problem(at, one_line(&e.into_inner().to_string()));
                 None
             }
         }
@@ -210,6 +220,35 @@ impl Validator {
         }
         out
     }
+}
+
+/// Resolves `IP:PORT` or `HOST:PORT` to one socket address, preferring IPv4.
+pub fn resolve_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    if text
+        .rsplit_once(':')
+        .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+    {
+        return Err(format!(
+            "{text:?} is not an address like 127.0.0.1:8080 or localhost:8080"
+        ));
+    }
+    let found: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|e| format!("{text:?}: the host name does not resolve ({e})"))?
+        .collect();
+    found
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(found.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?}: the host name resolves to no address"))
+}
+
+/// An error message on one line (toml's messages carry line breaks).
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -46,6 +46,24 @@
 //! output (half a body), refusals and truncation apply there too; the other wire faults are
 //! stream-only.
 //!
+//! # Honouring the request
+//!
+//! Unless the scenario gives an explicit answer (`text`, `tool_calls`) or sets
+//! `ignores_request`, the answer is what the request asks for: offered tools get one call to
+//! the tool `tool_choice` names (else the first offered; `"none"` gets text) with arguments
+//! generated from the tool's schema (`schema.rs`: every property, values within
+//! the schema's enums and bounds); OpenAI JSON mode gets `{"answer": <the text>}` and a
+//! `json_schema` format an instance of its schema, pretty-printed so its words stream as
+//! tokens; `max_tokens` cuts the answer (text tokens or tool-argument fragments) to that many
+//! and ends it with `length`. Usage reports the tokens actually written.
+//!
+//! # Schedules (the scenario's `phases`)
+//!
+//! Phases follow each other on the simulator's clock and repeat; each overrides the
+//! scenario's `ttft`, `failure` and `continuation` while it lasts ([`Scenario::during`]).
+//! Every route on one simulator shares the clock, so two routes' schedules stay in step (the
+//! default config's `demo` model relies on that).
+//!
 //! # Prefill ([`Continuation`], the scenario's `continuation` section)
 //!
 //! A request whose final message is an assistant message with text carries a prefill. On the
@@ -109,6 +127,7 @@ mod record;
 mod request;
 mod respond;
 mod scenario;
+mod schema;
 mod server;
 mod stream;
 mod timing;
@@ -119,5 +138,7 @@ mod tests;
 pub use continuation::{answer_tokens, diverging_answer, PrefillOutcome};
 pub use profiles::{profile, profile_names};
 pub use record::{SimEnd, SimRecord};
-pub use scenario::{Behaviour, Brownout, ColdStart, Continuation, Convention, Failure, Scenario, ToolCallSpec, Ttft};
+pub use scenario::{
+    Behaviour, Brownout, ColdStart, Continuation, Convention, Failure, Phase, Scenario, ToolCallSpec, Ttft,
+};
 pub use server::{serve_standalone, SimHandle};

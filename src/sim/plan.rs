@@ -9,7 +9,9 @@ use rand::Rng;
 use super::answer::{self, REFUSAL_TEXT};
 use super::continuation::{PrefillOutcome, Reading};
 use super::record::SimEnd;
-use super::scenario::{ms, probability, Failure, Scenario};
+use super::request::{Asks, Format};
+use super::scenario::{ms, probability, Failure, Scenario, ToolCallSpec};
+use super::schema;
 use super::timing::{self, Moment};
 
 /// Which wire format a request arrived in.
@@ -123,6 +125,8 @@ pub(crate) struct Context<'a> {
     pub moment: Moment,
     /// The upstream's reading of the request's prefill (`continuation::judge`).
     pub reading: Reading<'a>,
+    /// What the request asks the answer to be (tools, JSON, max_tokens).
+    pub asks: &'a Asks,
 }
 
 /// Plans one request. Uses `rng` for every behavioural choice, so a seed reproduces it, and
@@ -243,8 +247,22 @@ fn answer_beats(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: 
             continuation,
         };
     }
-    if !scenario.tool_calls.is_empty() {
-        let (beats, stop) = tool_beats(scenario, cx.wire, truncate, rng, ids);
+    // An explicit answer (tool calls or text) wins over what the request asks for.
+    let honours = !scenario.ignores_request && scenario.text.is_none();
+    let limit = cx.asks.max_tokens.filter(|_| !scenario.ignores_request);
+    let asked_call = cx.asks.tool().filter(|_| honours).map(|(name, params)| {
+        vec![ToolCallSpec {
+            name: name.clone(),
+            arguments: schema::instance(params, rng).to_string(),
+        }]
+    });
+    let calls = match &asked_call {
+        _ if !scenario.tool_calls.is_empty() => Some(&scenario.tool_calls[..]),
+        Some(asked) => Some(&asked[..]),
+        None => None,
+    };
+    if let Some(calls) = calls {
+        let (beats, stop) = tool_beats(calls, scenario.tool_fragments, cx.wire, truncate, limit, rng, ids);
         return Answer {
             kind: AnswerKind::Tools,
             beats,
@@ -252,10 +270,18 @@ fn answer_beats(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: 
             continuation,
         };
     }
-    let (mut tokens, continuation) = cx.reading.text(answer::text_tokens(scenario), scenario.seed);
+    let full = match cx.asks.format.as_ref().filter(|_| honours) {
+        Some(format) => json_tokens(format, scenario, rng),
+        None => answer::text_tokens(scenario),
+    };
+    let (mut tokens, continuation) = cx.reading.text(full, scenario.seed);
     let mut stop = Stop::EndTurn;
     if truncate {
         tokens.truncate(tokens.len() / 2);
+        stop = Stop::Length;
+    }
+    if let Some(max) = limit.map(|m| m as usize).filter(|m| tokens.len() > *m) {
+        tokens.truncate(max);
         stop = Stop::Length;
     }
     Answer {
@@ -285,18 +311,31 @@ fn cut_text_beats(beats: &[Beat], bytes: usize) -> Option<(Vec<Beat>, u32)> {
     Some((text_beats(tokens), u32::try_from(before).unwrap_or(u32::MAX)))
 }
 
+/// A JSON answer as tokens: pretty-printed, so its words stream as a model writes them.
+/// JSON mode gets `{"answer": <the scenario's text>}`, a schema an instance of it.
+fn json_tokens(format: &Format, scenario: &Scenario, rng: &mut SmallRng) -> Vec<String> {
+    let value = match format {
+        Format::JsonObject => serde_json::json!({"answer": answer::text_tokens(scenario).concat()}),
+        Format::JsonSchema(schema) => schema::instance(schema, rng),
+    };
+    let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| "{}".to_owned());
+    answer::split_words(&text)
+}
+
+/// The calls' beats: an opening, then the arguments in `fragments` pieces. `truncate` stops
+/// half-way through the first call; a `limit` (max_tokens) smaller than the fragments stops
+/// after that many, both with `length` and the call never closed.
 fn tool_beats(
-    scenario: &Scenario,
+    calls: &[ToolCallSpec],
+    fragments: u32,
     wire: Wire,
     truncate: bool,
+    limit: Option<u32>,
     rng: &mut SmallRng,
     ids: &mut SmallRng,
 ) -> (Vec<Beat>, Stop) {
-    let calls = if truncate {
-        &scenario.tool_calls[..1]
-    } else {
-        &scenario.tool_calls[..]
-    };
+    let calls = if truncate { &calls[..1] } else { calls };
+    let mut left = limit.map(|m| m as usize);
     let mut beats = Vec::new();
     for (index, call) in (0u32..).zip(calls) {
         let id = match wire {
@@ -308,7 +347,17 @@ fn tool_beats(
             id,
             name: call.name.clone(),
         }]);
-        let mut pieces = answer::fragments(&call.arguments, scenario.tool_fragments, rng);
+        let mut pieces = answer::fragments(&call.arguments, fragments, rng);
+        if let Some(n) = left.filter(|n| pieces.len() > *n) {
+            pieces.truncate(n);
+            beats.extend(
+                pieces
+                    .into_iter()
+                    .map(|fragment| vec![Step::ToolArgs { index, fragment }]),
+            );
+            return (beats, Stop::Length);
+        }
+        left = left.map(|n| n - pieces.len());
         if truncate {
             pieces.truncate(pieces.len().div_ceil(2).min(pieces.len().saturating_sub(1)).max(1));
             beats.extend(
@@ -403,6 +452,7 @@ mod tests {
                 clock_ms: 0,
             },
             reading: Reading::Fresh,
+            asks: &Asks::default(),
         };
         let mut rng = SmallRng::seed_from_u64(scenario.seed ^ request_number);
         let mut ids = SmallRng::seed_from_u64(request_number);

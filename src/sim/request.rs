@@ -1,6 +1,7 @@
 //! Reads what the simulator needs from an incoming OpenAI or Anthropic request body: stream
-//! or not, usage wanted, a rough input token count, and the final assistant message (a
-//! prefill) with the marks that say which continuation convention it follows.
+//! or not, usage wanted, a rough input token count, the final assistant message (a prefill)
+//! with the marks that say which continuation convention it follows, and what the answer is
+//! asked to be (`Asks`: offered tools and the tool choice, JSON mode or a schema, max_tokens).
 
 use serde_json::Value;
 
@@ -16,6 +17,48 @@ pub(crate) struct Inbound {
     /// The final assistant message, when the request ends with one that has text.
     pub prefill: Option<Prefill>,
     pub model: Option<String>,
+    pub asks: Asks,
+}
+
+/// What the request asks of the answer, which an honouring scenario follows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Asks {
+    /// OpenAI `max_completion_tokens` / `max_tokens`, Anthropic `max_tokens`.
+    pub max_tokens: Option<u32>,
+    /// Offered tools as (name, JSON schema of the arguments).
+    pub tools: Vec<(String, Value)>,
+    pub tool_choice: ToolChoice,
+    pub format: Option<Format>,
+}
+
+/// Whether and which tool the answer must call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) enum ToolChoice {
+    /// The model may call one (the simulator does, when tools are offered).
+    #[default]
+    Auto,
+    /// Never call one.
+    None,
+    /// Call this one.
+    Named(String),
+}
+
+/// OpenAI `response_format`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Format {
+    JsonObject,
+    JsonSchema(Value),
+}
+
+impl Asks {
+    /// The tool the answer calls, with its schema, if any.
+    pub fn tool(&self) -> Option<&(String, Value)> {
+        match &self.tool_choice {
+            ToolChoice::None => None,
+            ToolChoice::Auto => self.tools.first(),
+            ToolChoice::Named(name) => self.tools.iter().find(|(n, _)| n == name),
+        }
+    }
 }
 
 /// A final assistant message and how it is marked.
@@ -39,6 +82,30 @@ pub(crate) fn openai(body: &Value) -> Inbound {
         input_tokens: estimate_tokens(&all_text(&messages)).max(1),
         prefill: prefill(body, &messages),
         model: model(body),
+        asks: Asks {
+            max_tokens: count(body, "max_completion_tokens").or_else(|| count(body, "max_tokens")),
+            tools: tools(body, |t| {
+                let f = t.get("function")?;
+                Some((f.get("name")?.as_str()?, f.get("parameters")))
+            }),
+            tool_choice: match body.get("tool_choice") {
+                Some(Value::String(s)) if s == "none" => ToolChoice::None,
+                Some(Value::Object(o)) => named(o.get("function").and_then(|f| f.get("name"))),
+                _ => ToolChoice::Auto,
+            },
+            format: body
+                .get("response_format")
+                .and_then(|f| match f.get("type")?.as_str()? {
+                    "json_object" => Some(Format::JsonObject),
+                    "json_schema" => Some(Format::JsonSchema(
+                        f.get("json_schema")
+                            .and_then(|j| j.get("schema"))
+                            .cloned()
+                            .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+                    )),
+                    _ => None,
+                }),
+        },
     }
 }
 
@@ -52,6 +119,49 @@ pub(crate) fn anthropic(body: &Value) -> Inbound {
         input_tokens: (estimate_tokens(&system) + estimate_tokens(&all_text(&messages))).max(1),
         prefill: prefill(body, &messages),
         model: model(body),
+        asks: Asks {
+            max_tokens: count(body, "max_tokens"),
+            tools: tools(body, |t| Some((t.get("name")?.as_str()?, t.get("input_schema")))),
+            tool_choice: match body
+                .get("tool_choice")
+                .and_then(|c| c.get("type"))
+                .and_then(Value::as_str)
+            {
+                Some("none") => ToolChoice::None,
+                Some("tool") => named(body.get("tool_choice").and_then(|c| c.get("name"))),
+                _ => ToolChoice::Auto,
+            },
+            format: None,
+        },
+    }
+}
+
+fn count(body: &Value, key: &str) -> Option<u32> {
+    body.get(key)
+        .and_then(Value::as_u64)
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// The offered tools as (name, schema); a tool without a schema takes any object.
+fn tools(body: &Value, read: impl Fn(&Value) -> Option<(&str, Option<&Value>)>) -> Vec<(String, Value)> {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(read)
+                .map(|(name, schema)| {
+                    let schema = schema.cloned().unwrap_or_else(|| serde_json::json!({"type": "object"}));
+                    (name.to_owned(), schema)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn named(name: Option<&Value>) -> ToolChoice {
+    match name.and_then(Value::as_str) {
+        Some(n) => ToolChoice::Named(n.to_owned()),
+        None => ToolChoice::Auto,
     }
 }
 

@@ -72,6 +72,11 @@ pub(crate) async fn respond(
         let message = format!("The simulator has no scenario named '{scenario_name}'.");
         return reply.error(guard, &status_error(404, &message));
     };
+    let clock_ms = state.log.clock().ms(accepted_at) as u64;
+    let scenario = match scenario.during(clock_ms) {
+        Some(now) => Arc::new(now),
+        None => scenario,
+    };
     // The request is judged before anything else happens to it, as an API validates first.
     let prefill = inbound.prefill.as_ref();
     let verdict = continuation::judge(&scenario.continuation, wire, prefill);
@@ -91,9 +96,10 @@ pub(crate) async fn respond(
         wire,
         moment: Moment {
             request_number: number,
-            clock_ms: state.log.clock().ms(accepted_at) as u64,
+            clock_ms,
         },
         reading,
+        asks: &inbound.asks,
     };
     match plan(&scenario, &cx, &mut rng, &mut ids) {
         Plan::Status(error) => reply.error(guard, &error),

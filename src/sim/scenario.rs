@@ -41,6 +41,13 @@ pub struct Scenario {
     pub chunk_split: Option<usize>,
     /// Per-request RNG seed: `seed ^ request_number`. The generated text uses `seed` only.
     pub seed: u64,
+    /// A schedule: the phases follow each other on the simulator's clock, then repeat, and
+    /// each overrides the scenario's `ttft`, `failure` and `continuation` while it lasts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<Phase>,
+    /// Play a model that ignores what the request asks for (offered tools, JSON mode or a
+    /// schema, max_tokens). Off by default: the answer honours them.
+    pub ignores_request: bool,
 }
 
 impl Default for Scenario {
@@ -61,7 +68,54 @@ impl Default for Scenario {
             continuation: Continuation::default(),
             chunk_split: None,
             seed: 0,
+            ignores_request: false,
+            phases: Vec::new(),
         }
+    }
+}
+
+/// One phase of a scenario's schedule: for `ms` milliseconds, these parts replace the
+/// scenario's own (the parts not given stay as they are).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Phase {
+    pub ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft: Option<Ttft>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Continuation>,
+}
+
+impl Scenario {
+    /// The scenario as its schedule has it at `clock_ms`, or `None` without a schedule
+    /// (a schedule whose phases are all zero-length counts as none).
+    pub fn during(&self, clock_ms: u64) -> Option<Scenario> {
+        let total: u64 = self.phases.iter().map(|p| p.ms).fold(0, u64::saturating_add);
+        if total == 0 {
+            return None;
+        }
+        let mut at = clock_ms % total;
+        let phase = self.phases.iter().find(|p| {
+            if at < p.ms {
+                return true;
+            }
+            at -= p.ms;
+            false
+        })?;
+        let mut now = self.clone();
+        now.phases = Vec::new();
+        if let Some(ttft) = &phase.ttft {
+            now.ttft = ttft.clone();
+        }
+        if let Some(failure) = &phase.failure {
+            now.failure = failure.clone();
+        }
+        if let Some(continuation) = &phase.continuation {
+            now.continuation = continuation.clone();
+        }
+        Some(now)
     }
 }
 
@@ -290,5 +344,45 @@ pub(crate) fn probability(value: f64) -> f64 {
         0.0
     } else {
         value.clamp(0.0, 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_cycles_through_its_phases_on_the_clock() {
+        let slow = Ttft {
+            median_ms: 3000.0,
+            ..Ttft::default()
+        };
+        let drops = Failure {
+            drop_after_tokens: Some(3),
+            ..Failure::default()
+        };
+        let s = Scenario {
+            phases: vec![
+                Phase {
+                    ms: 100,
+                    ttft: Some(slow.clone()),
+                    ..Phase::default()
+                },
+                Phase {
+                    ms: 50,
+                    failure: Some(drops.clone()),
+                    ..Phase::default()
+                },
+            ],
+            ..Scenario::default()
+        };
+        let at = |ms| s.during(ms).unwrap_or_default();
+        assert_eq!(at(0).ttft, slow, "first phase");
+        assert_eq!(at(99).failure, Failure::default(), "first phase keeps the failure");
+        assert_eq!(at(100).failure, drops, "second phase");
+        assert_eq!(at(100).ttft, Ttft::default(), "second phase keeps the ttft");
+        assert_eq!(at(150).ttft, slow, "then the schedule repeats");
+        assert!(at(0).phases.is_empty(), "the phase view has no schedule of its own");
+        assert_eq!(Scenario::default().during(5), None, "no schedule");
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::OwnedSemaphorePermit;
 pub use request::decode_request;
 pub use response::{error_type, message_id, stop_reason, EventEncoder, PING_EVENT};
 
+use super::body::{check_cost, require_json};
 use super::chat::serve_chat;
 use super::error::{insert, ErrorReply};
 use super::events::{await_commit, drain};
@@ -35,7 +36,10 @@ pub struct Reply {
 
 pub async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let keepalive = state.config.server.sse_keepalive;
+    let limits = state.config.server.request_limits;
     let prepare = |ctx: &mut RequestCtx| {
+        require_json(&headers)?;
+        check_cost(&body, &limits)?;
         let req = decode_request(&body)?;
         let how = Reply {
             request_id: ctx.request_id.clone(),

@@ -22,6 +22,8 @@ pub struct DecodeError {
     pub message: String,
     /// The request field at fault (OpenAI's `param`), when there is one.
     pub param: Option<String>,
+    /// A code more specific than `invalid_request_error` (a request cost limit).
+    pub code: Option<&'static str>,
 }
 
 impl DecodeError {
@@ -29,6 +31,7 @@ impl DecodeError {
         DecodeError {
             message: message.into(),
             param: Some(param.into()),
+            code: None,
         }
     }
 
@@ -36,6 +39,14 @@ impl DecodeError {
         DecodeError {
             message: message.into(),
             param: None,
+            code: None,
+        }
+    }
+
+    pub fn with_code(self, code: &'static str) -> Self {
+        DecodeError {
+            code: Some(code),
+            ..self
         }
     }
 
@@ -79,6 +90,21 @@ impl ErrorReply {
 
     pub fn bad_request(message: impl Into<String>) -> Self {
         ErrorReply::new(400, ErrorClass::BadRequest, message)
+    }
+
+    /// The body is not declared as JSON (`content-type` other than `application/json` or
+    /// `application/*+json`): 415, so a form post is never parsed as a chat request.
+    pub fn unsupported_media_type(found: Option<&str>) -> Self {
+        let found = found.map_or_else(|| "no content-type".to_string(), |t| format!("content-type {t:?}"));
+        ErrorReply {
+            code: Some("unsupported_media_type"),
+            param: Some("content-type".to_string()),
+            ..ErrorReply::new(
+                415,
+                ErrorClass::BadRequest,
+                format!("the request body must be JSON (content-type: application/json), not {found}"),
+            )
+        }
     }
 
     /// Every chat-stream permit is taken.
@@ -228,6 +254,7 @@ impl From<DecodeError> for ErrorReply {
     fn from(e: DecodeError) -> Self {
         ErrorReply {
             param: e.param,
+            code: e.code,
             ..ErrorReply::bad_request(e.message)
         }
     }
@@ -285,13 +312,13 @@ mod tests {
     }
 
     #[test]
-    fn unknown_model_is_a_400_with_model_not_found_code() {
+    fn unknown_model_is_a_404_with_model_not_found_code() {
         let e = GatewayError::UnknownModel {
             model: "gpt-9".into(),
             known: vec!["chat".into(), "fast".into()],
         };
         let reply = ErrorReply::from_gateway(&e);
-        assert_eq!(reply.status, 400, "unknown model is a client error");
+        assert_eq!(reply.status, 404, "unknown model is a 404, as OpenAI answers it");
         assert_eq!(reply.code, Some("model_not_found"), "OpenAI's code for it");
         assert!(
             reply.message.contains("chat, fast"),

@@ -22,6 +22,7 @@
 //! - `pump`: one task per stream that owns its slot and upstream, so `max_stream_ms` and
 //!   the drain's cut hold even for a client that does not read.
 //! - `drain`: the shutdown signal (begun, cut) and the in-band `draining` error.
+//! - `body`: what a chat body must be before decoding (JSON, within the cost limits).
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
 //! - `error`: errors as clients see them, rendered by each dialect.
@@ -31,6 +32,7 @@
 
 pub mod anthropic;
 pub mod auth;
+pub mod body;
 mod chat;
 pub mod cors;
 pub mod drain;

@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::body::{check_cost, require_json};
 use super::chat::serve_chat;
 use super::error::{DecodeError, ErrorReply};
 use super::events::await_commit;
@@ -20,6 +21,7 @@ use super::openai::{decode_request, decode_value};
 use super::sse_out::{
     encoded, envelope_headers, event_frame, json_response, sse_response, Flow, FrameEncoder, PING_COMMENT,
 };
+use crate::config::RequestLimits;
 use crate::transport::AppState;
 use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx, StreamEvent};
 
@@ -97,7 +99,20 @@ impl StreamQuery {
 }
 
 pub async fn post_stream(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    start(state, headers, None, decode_request(&body), ChatOptions::default()).await
+    let decoded = decode_checked(&headers, &body, &state.config.server.request_limits);
+    start(state, headers, None, decoded, ChatOptions::default()).await
+}
+
+/// A chat body as every HTTP endpoint takes it: declared as JSON (else 415), within the
+/// request cost limits, then decoded as an OpenAI-style request.
+pub(crate) fn decode_checked(
+    headers: &HeaderMap,
+    body: &[u8],
+    limits: &RequestLimits,
+) -> Result<ChatRequest, ErrorReply> {
+    require_json(headers)?;
+    check_cost(body, limits)?;
+    Ok(decode_request(body)?)
 }
 
 pub async fn get_stream(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
@@ -110,10 +125,13 @@ pub async fn get_stream(State(state): State<AppState>, headers: HeaderMap, uri: 
     };
     let decoded = match query.q.as_deref() {
         None | Some("") => Err(DecodeError::new("q", "pass the request as ?q=<URL-encoded JSON>")),
-        Some(q) => serde_json::from_str(q)
-            .map_err(|e| DecodeError::new("q", format!("q is not valid JSON: {e}")))
-            .and_then(decode_value),
-    };
+        Some(q) => check_cost(q.as_bytes(), &state.config.server.request_limits).and_then(|()| {
+            serde_json::from_str(q)
+                .map_err(|e| DecodeError::new("q", format!("q is not valid JSON: {e}")))
+                .and_then(decode_value)
+        }),
+    }
+    .map_err(ErrorReply::from);
     start(state, headers, super::auth::query_token(&uri), decoded, query.options).await
 }
 
@@ -121,7 +139,7 @@ async fn start(
     state: AppState,
     headers: HeaderMap,
     query_token: Option<String>,
-    decoded: Result<ChatRequest, DecodeError>,
+    decoded: Result<ChatRequest, ErrorReply>,
     options: ChatOptions,
 ) -> Response {
     let keepalive = state.config.server.sse_keepalive;

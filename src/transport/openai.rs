@@ -16,6 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 pub use request::{decode_request, decode_value};
 pub use response::{completion_id, error_type, finish_reason, ChunkEncoder};
 
+use super::body::{check_cost, require_json};
 use super::chat::serve_chat;
 use super::error::ErrorReply;
 use super::events::{await_commit, drain};
@@ -38,8 +39,11 @@ pub struct Reply {
 
 pub async fn chat_completions(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let keepalive = state.config.server.sse_keepalive;
+    let limits = state.config.server.request_limits;
     let prepare = |ctx: &mut RequestCtx| {
-        let req = decode_request(&body)?;
+        require_json(&headers)?;
+        check_cost(&body, &limits)?;
+        let mut req = decode_request(&body)?;
         let how = Reply {
             request_id: ctx.request_id.clone(),
             alias: req.model.clone(),
@@ -47,6 +51,10 @@ pub async fn chat_completions(State(state): State<AppState>, headers: HeaderMap,
             include_usage: req.include_usage,
             keepalive,
         };
+        // A completion always reports its usage; only a stream's usage chunk is opt-in.
+        if !req.stream {
+            req.include_usage = true;
+        }
         Ok((req, how))
     };
     serve_chat(&state, &headers, None, Dialect::OpenAi, error_response, prepare, reply).await

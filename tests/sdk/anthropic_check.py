@@ -69,13 +69,13 @@ def tool_use(model):
     return run
 
 
-def unknown_model_is_bad_request():
+def unknown_model_is_not_found():
     try:
         client.messages.create(model="nope", max_tokens=16, messages=HI)
-    except anthropic.BadRequestError as e:
+    except anthropic.NotFoundError as e:
         assert "chat" in str(e), e
         return
-    raise AssertionError("expected BadRequestError")
+    raise AssertionError("expected NotFoundError")
 
 
 def rate_limited_is_rate_limit_error():
@@ -129,7 +129,7 @@ check("non-streaming message", non_streaming)
 check("tool use arrives whole (openai route)", tool_use("tools"))
 check("tool use arrives whole (anthropic route)", tool_use("tools-anthropic"))
 check("restart before anything visible is invisible", tool_use("tools-flaky"))
-check("unknown model -> BadRequestError", unknown_model_is_bad_request)
+check("unknown model -> NotFoundError", unknown_model_is_not_found)
 check("all routes 429 -> RateLimitError with retry-after", rate_limited_is_rate_limit_error)
 check("mid-stream truncate -> APIStatusError, not a normal end", truncation_is_an_exception)
 if API_KEY:

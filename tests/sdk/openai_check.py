@@ -73,13 +73,13 @@ def tool_call(model):
     return run
 
 
-def unknown_model_is_bad_request():
+def unknown_model_is_not_found():
     try:
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
-    except openai.BadRequestError as e:
+    except openai.NotFoundError as e:
         assert "chat" in str(e), e
         return
-    raise AssertionError("expected BadRequestError")
+    raise AssertionError("expected NotFoundError")
 
 
 def rate_limited_is_rate_limit_error():
@@ -136,7 +136,7 @@ check("non-streaming completion", non_streaming)
 check("tool call arrives whole (openai route)", tool_call("tools"))
 check("tool call arrives whole (anthropic route)", tool_call("tools-anthropic"))
 check("restart before anything visible is invisible", tool_call("tools-flaky"))
-check("unknown model -> BadRequestError", unknown_model_is_bad_request)
+check("unknown model -> NotFoundError", unknown_model_is_not_found)
 check("all routes 429 -> RateLimitError with retry-after", rate_limited_is_rate_limit_error)
 check("mid-stream truncate -> APIError, not a normal end", truncation_is_an_exception)
 if API_KEY:

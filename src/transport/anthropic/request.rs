@@ -26,6 +26,8 @@ struct RawRequest {
 #[derive(Debug, Deserialize)]
 struct RawMessage {
     role: String,
+    /// Missing is null, refused with the key path by `message`.
+    #[serde(default)]
     content: Value,
 }
 
@@ -149,6 +151,13 @@ fn turn(i: usize, value: Value, out: &mut Vec<Message>) -> Result<(), DecodeErro
             return Ok(());
         }
         Value::Array(blocks) => blocks,
+        // A missing `content` decodes as null.
+        Value::Null => {
+            return Err(DecodeError::new(
+                format!("{at}.content"),
+                format!("{at}.content: field required"),
+            ))
+        }
         _ => {
             return Err(DecodeError::new(
                 format!("{at}.content"),

@@ -61,7 +61,12 @@ fn error_body(reply: &ErrorReply) -> ErrorBody<'_> {
     ErrorBody {
         kind: "error",
         error: ErrorDetail {
-            kind: error_type(reply.class),
+            // A 404 (an unknown model) is Anthropic's `not_found_error`, whatever the class.
+            kind: if reply.status == 404 {
+                "not_found_error"
+            } else {
+                error_type(reply.class)
+            },
             message: &reply.message,
         },
         tailcut: reply.envelope.as_deref(),

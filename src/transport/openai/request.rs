@@ -173,6 +173,18 @@ fn message(i: usize, value: Value) -> Result<Message, DecodeError> {
             ))
         }
     };
+    // Only an assistant message that calls tools may go without content (OpenAI's rule).
+    let has_calls = raw.tool_calls.as_ref().is_some_and(|c| !c.is_empty());
+    if matches!(raw.content, None | Some(Value::Null)) && !(role == Role::Assistant && has_calls) {
+        let why = match role {
+            Role::Assistant => "an assistant message needs content or tool_calls",
+            _ => "a message of this role needs content",
+        };
+        return Err(DecodeError::new(
+            format!("{at}.content"),
+            format!("missing required parameter: '{at}.content' ({why})"),
+        ));
+    }
     let content = content_parts(raw.content, &format!("{at}.content"))?;
     let tool_calls = match (role, raw.tool_calls) {
         (Role::Assistant, Some(calls)) => calls

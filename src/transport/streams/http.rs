@@ -15,8 +15,7 @@ use super::{Attached, Refused, Stop, Stream};
 use crate::transport::chat::serve_chat;
 use crate::transport::error::ErrorReply;
 use crate::transport::native::ServerMessage;
-use crate::transport::native_sse::error_response;
-use crate::transport::openai::decode_request;
+use crate::transport::native_sse::{decode_checked, error_response};
 use crate::transport::replay::{Read, Resume};
 use crate::transport::sse_out::{json_response, to_json, with_keepalive, PING_COMMENT};
 use crate::transport::AppState;
@@ -32,7 +31,7 @@ pub async fn open_stream(State(state): State<AppState>, headers: HeaderMap, body
     let registry = state.resumable.clone();
     let detached = registry.config().detached_cancel;
     let prepare = |ctx: &mut RequestCtx| {
-        let mut req = decode_request(&body)?;
+        let mut req = decode_checked(&headers, &body, &state.config.server.request_limits)?;
         req.stream = true;
         req.include_usage = true;
         Ok((req, ctx.request_id.clone()))

@@ -1,0 +1,412 @@
+//! What a chat request body must be before a dialect decodes it: declared as JSON, and
+//! bounded in what decoding it costs (message count and decoded size, `[server]`
+//! `max_messages` / `max_decoded_bytes`).
+//!
+//! The cost is measured by a walk over the body that builds nothing (serde's visitor API,
+//! strings borrowed or in serde_json's scratch buffer), so a 4 MB body of 120,000 empty
+//! messages is refused for the price of reading it once, instead of growing into a tree of
+//! 120,000 maps. `serde_json` has no such limit of its own; this walk is the smallest thing
+//! that gives one.
+
+use std::fmt;
+
+use axum::http::{header, HeaderMap};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::error::{DecodeError, ErrorReply};
+use crate::config::RequestLimits;
+
+/// `415` unless the body is declared as JSON: `application/json`, or any
+/// `application/*+json`, with any parameters. A body without a `content-type` is read as
+/// JSON (minimal clients omit it); a form or `text/plain` post never is.
+/// Every `content-type` line counts: a request that declares two types is refused unless
+/// both are JSON.
+pub fn require_json(headers: &HeaderMap) -> Result<(), ErrorReply> {
+    for value in headers.get_all(header::CONTENT_TYPE) {
+        let text = value.to_str().unwrap_or_default();
+        let essence = text.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        let json = essence == "application/json"
+            || essence
+                .strip_prefix("application/")
+                .is_some_and(|sub| sub.ends_with("+json"));
+        if !json {
+            return Err(ErrorReply::unsupported_media_type(Some(text)));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a body whose decoding would cost more than `limits` allow, with a 400 naming the
+/// limit. A body that is not JSON passes: the dialect's decoder then says what is wrong.
+pub fn check_cost(body: &[u8], limits: &RequestLimits) -> Result<(), DecodeError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let walk = Walk {
+        limits,
+        cost: Cost::default(),
+        depth: 0,
+    };
+    match walk.deserialize(&mut de) {
+        Ok(_) => Ok(()),
+        Err(e) => match Over::from_message(&e.to_string()) {
+            Some(over) => Err(over.error(limits)),
+            None => Ok(()),
+        },
+    }
+}
+
+/// Which limit a walk stopped at (carried out of serde as the error's message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    Messages,
+    DecodedBytes,
+}
+
+impl Over {
+    const MESSAGES: &'static str = "tailcut:max_messages";
+    const DECODED: &'static str = "tailcut:max_decoded_bytes";
+
+    fn marker(self) -> &'static str {
+        match self {
+            Over::Messages => Over::MESSAGES,
+            Over::DecodedBytes => Over::DECODED,
+        }
+    }
+
+    fn from_message(message: &str) -> Option<Self> {
+        if message.starts_with(Over::MESSAGES) {
+            Some(Over::Messages)
+        } else if message.starts_with(Over::DECODED) {
+            Some(Over::DecodedBytes)
+        } else {
+            None
+        }
+    }
+
+    fn error(self, limits: &RequestLimits) -> DecodeError {
+        match self {
+            Over::Messages => DecodeError::new(
+                "messages",
+                format!(
+                    "too many messages: at most {} per request (server.max_messages)",
+                    limits.max_messages
+                ),
+            )
+            .with_code("max_messages_exceeded"),
+            Over::DecodedBytes => DecodeError::body(format!(
+                "the request is too large once decoded: at most {} bytes (server.max_decoded_bytes; \
+                 every string's bytes plus {} per JSON value)",
+                limits.max_decoded_bytes,
+                RequestLimits::DECODED_BYTES_PER_VALUE
+            ))
+            .with_code("max_decoded_bytes_exceeded"),
+        }
+    }
+}
+
+/// Running totals of one walk.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cost {
+    decoded_bytes: usize,
+    messages: usize,
+}
+
+/// Visits one JSON value, adding to the totals; `depth` 0 is the request object, whose
+/// `messages` and `system` arrays count messages.
+struct Walk<'l> {
+    limits: &'l RequestLimits,
+    cost: Cost,
+    depth: u32,
+}
+
+impl<'l> Walk<'l> {
+    fn add<E: de::Error>(&mut self, bytes: usize) -> Result<(), E> {
+        self.cost.decoded_bytes = self
+            .cost
+            .decoded_bytes
+            .saturating_add(bytes)
+            .saturating_add(RequestLimits::DECODED_BYTES_PER_VALUE);
+        if self.cost.decoded_bytes > self.limits.max_decoded_bytes {
+            return Err(E::custom(Over::DecodedBytes.marker()));
+        }
+        Ok(())
+    }
+
+    fn child(&self, cost: Cost) -> Walk<'l> {
+        Walk {
+            limits: self.limits,
+            cost,
+            depth: self.depth + 1,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = Cost;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Cost, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+/// The elements of a top-level `messages` / `system` array are counted as messages.
+struct Messages<'l>(Walk<'l>);
+
+impl<'de> DeserializeSeed<'de> for Messages<'_> {
+    type Value = Cost;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Cost, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Messages<'_> {
+    type Value = Cost;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Cost, A::Error> {
+        let mut walk = self.0;
+        walk.add::<A::Error>(0)?;
+        loop {
+            let next = walk.child(walk.cost);
+            match seq.next_element_seed(next)? {
+                Some(cost) => walk.cost = cost,
+                None => return Ok(walk.cost),
+            }
+            walk.cost.messages += 1;
+            if walk.cost.messages > walk.limits.max_messages {
+                return Err(de::Error::custom(Over::Messages.marker()));
+            }
+        }
+    }
+
+    // Anything else (a string `system`, a wrong type) is an ordinary value.
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Cost, E> {
+        self.0.visit_str(v)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Cost, A::Error> {
+        self.0.visit_map(map)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Cost, E> {
+        self.0.visit_bool(v)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Cost, E> {
+        self.0.visit_i64(v)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Cost, E> {
+        self.0.visit_u64(v)
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Cost, E> {
+        self.0.visit_f64(v)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Cost, E> {
+        self.0.visit_unit()
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = Cost;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(mut self, _: bool) -> Result<Cost, E> {
+        self.add(0)?;
+        Ok(self.cost)
+    }
+
+    fn visit_i64<E: de::Error>(mut self, _: i64) -> Result<Cost, E> {
+        self.add(0)?;
+        Ok(self.cost)
+    }
+
+    fn visit_u64<E: de::Error>(mut self, _: u64) -> Result<Cost, E> {
+        self.add(0)?;
+        Ok(self.cost)
+    }
+
+    fn visit_f64<E: de::Error>(mut self, _: f64) -> Result<Cost, E> {
+        self.add(0)?;
+        Ok(self.cost)
+    }
+
+    fn visit_str<E: de::Error>(mut self, v: &str) -> Result<Cost, E> {
+        self.add(v.len())?;
+        Ok(self.cost)
+    }
+
+    fn visit_unit<E: de::Error>(mut self) -> Result<Cost, E> {
+        self.add(0)?;
+        Ok(self.cost)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Cost, A::Error> {
+        self.add::<A::Error>(0)?;
+        while let Some(cost) = seq.next_element_seed(self.child(self.cost))? {
+            self.cost = cost;
+        }
+        Ok(self.cost)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Cost, A::Error> {
+        self.add::<A::Error>(0)?;
+        while let Some(key) = map.next_key::<KeyName>()? {
+            self.add::<A::Error>(key.len)?;
+            let counts_messages = self.depth == 0 && key.messages;
+            let child = self.child(self.cost);
+            self.cost = if counts_messages {
+                map.next_value_seed(Messages(child))?
+            } else {
+                map.next_value_seed(child)?
+            };
+        }
+        Ok(self.cost)
+    }
+}
+
+/// A map key's length, and whether it names an array of messages.
+struct KeyName {
+    len: usize,
+    messages: bool,
+}
+
+impl<'de> de::Deserialize<'de> for KeyName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = KeyName;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyName, E> {
+                Ok(KeyName {
+                    len: v.len(),
+                    messages: v == "messages" || v == "system",
+                })
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn limits(max_messages: usize, max_decoded_bytes: usize) -> RequestLimits {
+        RequestLimits {
+            max_messages,
+            max_decoded_bytes,
+        }
+    }
+
+    fn messages(n: usize) -> Vec<u8> {
+        let one = r#"{"role":"user","content":""}"#;
+        format!(r#"{{"model":"chat","messages":[{}]}}"#, vec![one; n].join(",")).into_bytes()
+    }
+
+    #[test]
+    fn message_count_is_capped_at_the_limit() {
+        let at = limits(3, usize::MAX);
+        assert_eq!(
+            check_cost(&messages(3), &at),
+            Ok(()),
+            "three messages fit a cap of three"
+        );
+        let err = check_cost(&messages(4), &at).err();
+        assert_eq!(
+            err.as_ref().and_then(|e| e.code),
+            Some("max_messages_exceeded"),
+            "four do not: {err:?}"
+        );
+        assert!(
+            err.is_some_and(|e| e.message.contains("server.max_messages") && e.param.as_deref() == Some("messages")),
+            "the message names the limit and the field"
+        );
+    }
+
+    #[test]
+    fn decoded_size_counts_strings_and_values() {
+        let body = br#"{"model":"chat","messages":[],"metadata":{"k":"0123456789"}}"#;
+        // Nine values (two objects, an array, two strings and four keys) and 36 bytes of text.
+        let cost = 9 * RequestLimits::DECODED_BYTES_PER_VALUE + 36;
+        assert_eq!(
+            check_cost(body, &limits(10, cost)),
+            Ok(()),
+            "exactly at the limit passes"
+        );
+        let err = check_cost(body, &limits(10, cost - 1)).err();
+        assert_eq!(
+            err.and_then(|e| e.code),
+            Some("max_decoded_bytes_exceeded"),
+            "one byte over is refused"
+        );
+    }
+
+    #[test]
+    fn only_top_level_messages_and_system_count_as_messages() {
+        let nested = br#"{"model":"chat","messages":[{"role":"user","content":[1,2,3,4,5]}],"tools":[1,2,3,4]}"#;
+        assert_eq!(
+            check_cost(nested, &limits(1, usize::MAX)),
+            Ok(()),
+            "parts and tools are not messages"
+        );
+        let system =
+            br#"{"model":"chat","system":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"messages":[]}"#;
+        assert!(
+            check_cost(system, &limits(1, usize::MAX)).is_err(),
+            "system blocks count"
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_is_left_to_the_decoder() {
+        assert_eq!(
+            check_cost(b"{not json", &limits(1, 1024)),
+            Ok(()),
+            "the decoder reports it"
+        );
+        assert_eq!(check_cost(b"", &limits(1, 1024)), Ok(()), "empty body too");
+    }
+
+    #[test]
+    fn only_json_content_types_are_read() {
+        let with = |t: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(t));
+            h
+        };
+        for ok in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            "application/vnd.api+json",
+        ] {
+            assert!(require_json(&with(ok)).is_ok(), "{ok} is JSON");
+        }
+        assert!(
+            require_json(&HeaderMap::new()).is_ok(),
+            "no content-type is read as JSON"
+        );
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+        ] {
+            let err = require_json(&with(bad)).err();
+            assert_eq!(err.map(|e| e.status), Some(415), "{bad} is a 415");
+        }
+    }
+}
