@@ -254,3 +254,30 @@ async fn a_reading_client_that_writes_a_burst_of_300_chats_is_answered_not_close
         "the socket still serves"
     );
 }
+
+/// Not a test of speed: prints what a WebSocket reconnect costs (run with
+/// `--ignored --nocapture`): a new socket, `resume`, until the first replayed message.
+#[tokio::test]
+#[ignore]
+async fn measure_reconnect_to_first_replayed_message() {
+    let server = start(&config(197, 1.0, "")).await;
+    let mut ws = ws_connect(&server, None).await.expect("upgrade");
+    ws.send(ws_chat("r1")).await.expect("send");
+    let (stream, token) = accepted(&mut ws, "r1").await;
+    until_end(&mut ws, "r1").await;
+    let mut micros = Vec::new();
+    for n in 0..100u64 {
+        let t = tokio::time::Instant::now();
+        let mut again = ws_connect(&server, None).await.expect("a new socket");
+        again.send(resume("x", &stream, &token, n)).await.expect("send");
+        accepted(&mut again, "x").await;
+        let first = ws_next(&mut again).await;
+        micros.push(t.elapsed().as_micros());
+        assert_eq!(first["seq"], n + 1, "the first replayed message");
+    }
+    micros.sort_unstable();
+    println!(
+        "WebSocket reconnect (connect + resume) to first replayed message: median {} us, p90 {} us (n=100, loopback)",
+        micros[50], micros[90]
+    );
+}
