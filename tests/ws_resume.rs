@@ -254,3 +254,67 @@ async fn a_reading_client_that_writes_a_burst_of_300_chats_is_answered_not_close
         "the socket still serves"
     );
 }
+
+#[tokio::test]
+async fn a_resumed_request_can_be_cancelled_and_its_other_readers_are_told() {
+    let server = start(&config(2000, 20.0, "")).await;
+    let mut ws = ws_connect(&server, None).await.expect("upgrade");
+    ws.send(ws_chat("r1")).await.expect("send");
+    let (stream, token) = accepted(&mut ws, "r1").await;
+    drop(ws);
+    let url = format!("/v1/streams/{stream}/events?token={token}");
+    let mut sse = resumable::EventReader::get(&server, &url, None).await;
+    assert_eq!(
+        sse.next().await.map(|e| e.name),
+        Some("start".into()),
+        "an SSE reader too"
+    );
+    let mut again = ws_connect(&server, None).await.expect("a new socket");
+    again.send(resume("mine", &stream, &token, 0)).await.expect("send");
+    accepted(&mut again, "mine").await;
+    assert_eq!(ws_next(&mut again).await["seq"], 1, "replay from the start");
+    again
+        .send(Message::text(json!({"type": "cancel", "id": "mine"}).to_string()))
+        .await
+        .expect("send");
+    let cancelled = until_end(&mut again, "mine").await;
+    assert_eq!(
+        cancelled.last().map(|m| m["type"].clone()),
+        Some(json!("cancelled")),
+        "cancel confirmed"
+    );
+    let rest = sse.rest().await;
+    let last = rest.last().expect("a terminal event");
+    assert_eq!(
+        (last.name.as_str(), &last.data["code"]),
+        ("error", &json!("cancelled")),
+        "the other reader learns the stream was cancelled"
+    );
+}
+
+/// Not a test of speed: prints what a WebSocket reconnect costs (run with
+/// `--ignored --nocapture`): a new socket, `resume`, until the first replayed message.
+#[tokio::test]
+#[ignore]
+async fn measure_reconnect_to_first_replayed_message() {
+    let server = start(&config(197, 1.0, "")).await;
+    let mut ws = ws_connect(&server, None).await.expect("upgrade");
+    ws.send(ws_chat("r1")).await.expect("send");
+    let (stream, token) = accepted(&mut ws, "r1").await;
+    until_end(&mut ws, "r1").await;
+    let mut micros = Vec::new();
+    for n in 0..100u64 {
+        let t = tokio::time::Instant::now();
+        let mut again = ws_connect(&server, None).await.expect("a new socket");
+        again.send(resume("x", &stream, &token, n)).await.expect("send");
+        accepted(&mut again, "x").await;
+        let first = ws_next(&mut again).await;
+        micros.push(t.elapsed().as_micros());
+        assert_eq!(first["seq"], n + 1, "the first replayed message");
+    }
+    micros.sort_unstable();
+    println!(
+        "WebSocket reconnect (connect + resume) to first replayed message: median {} us, p90 {} us (n=100, loopback)",
+        micros[50], micros[90]
+    );
+}

@@ -86,7 +86,7 @@ where
 }
 
 /// The request's priority after its tenant's cap (the gateway applies the same cap later).
-fn gate_priority(state: &AppState, ctx: &RequestCtx) -> Priority {
+pub(crate) fn gate_priority(state: &AppState, ctx: &RequestCtx) -> Priority {
     let cap = ctx
         .tenant
         .as_deref()

@@ -17,7 +17,7 @@ use base64::Engine;
 use parking_lot::Mutex;
 use rand::RngCore;
 use subtle::ConstantTimeEq;
-use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::sync::watch;
 
 pub use http::{delete_stream, gap_error, open_stream, read_events};
 
@@ -158,12 +158,12 @@ impl Registry {
     }
 
     /// Registers an answer and spawns the task that drives it into the replay buffer. The
-    /// task holds `permit` until the answer ends or is stopped.
+    /// task holds `permit` (a slot at the stream gate) until the answer ends or is stopped.
     pub fn open(
         self: &Arc<Self>,
         events: EventStream,
         request_id: String,
-        permit: OwnedSemaphorePermit,
+        permit: impl Send + 'static,
     ) -> Result<Arc<Stream>, Full> {
         let stream = {
             let mut table = self.table.lock();

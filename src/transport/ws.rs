@@ -80,16 +80,18 @@ pub async fn upgrade(
         .on_upgrade(move |socket| serve(socket, state, base, caller))
 }
 
-/// Runs one socket: the session loop and the writer are two futures of this one task, so
-/// nothing outlives the connection.
+/// Runs one socket: the session loop and the writer are two futures of this one task. The
+/// socket's requests run in the stream registry and outlive it, detached, until resumed,
+/// cancelled or `detached_cancel_ms` pass.
 async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: super::auth::Caller) {
     let server = &state.config.server;
     let (mut sink, incoming) = socket.split();
     // Capacity = how far a client may fall behind before it is closed as too slow.
     let (out, queued) = mpsc::channel(server.ws_send_queue.max(1));
     let gateway = state.gateway.clone();
+    let slots = slots(&state, caller.clone());
     let chat = caller.gated(move |req, ctx| gateway.chat(req, ctx));
-    let session = Session::new(chat, base, state.streams.clone(), state.resumable.clone(), out);
+    let session = Session::new(chat, base, slots, state.resumable.clone(), out);
     let close = {
         let writer = write_queued(&mut sink, queued);
         tokio::pin!(writer);
@@ -107,6 +109,24 @@ async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: sup
         }
     };
     let _ = tokio::time::timeout(CLOSE_GRACE, goodbye).await;
+}
+
+/// A request's place at the stream gate, as the HTTP endpoints take it: refused while
+/// draining, and for the priority the key and the tenant cap it to.
+fn slots(state: &AppState, caller: super::auth::Caller) -> session::Slots {
+    let state = state.clone();
+    Box::new(move |ctx| {
+        if state.drain.is_draining() {
+            return Err(super::chat::draining());
+        }
+        let mut ctx = ctx.clone();
+        caller.bind(&mut ctx).map_err(|refusal| refusal.reply())?;
+        state
+            .gate
+            .try_enter(super::chat::gate_priority(&state, &ctx))
+            .map(|slot| Box::new(slot) as Box<dyn Send>)
+            .ok_or_else(ErrorReply::busy)
+    })
 }
 
 async fn write_queued(sink: &mut SplitSink<WebSocket, Message>, mut queued: mpsc::Receiver<Message>) {

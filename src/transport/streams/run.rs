@@ -6,12 +6,11 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{sleep_until, Instant};
 
 use super::{Registry, Stop, Stream};
 use crate::transport::error::ErrorReply;
-use crate::transport::native::ServerMessage;
+use crate::transport::native::{ServerMessage, StreamCode};
 use crate::types::EventStream;
 
 /// How long a client told to retry after a drain should wait.
@@ -21,7 +20,7 @@ pub(super) async fn run(
     registry: Arc<Registry>,
     stream: Arc<Stream>,
     mut events: EventStream,
-    permit: OwnedSemaphorePermit,
+    permit: impl Send + 'static,
 ) {
     let config = registry.config().clone();
     let mut readers = stream.readers.subscribe();
@@ -52,7 +51,7 @@ pub(super) async fn run(
                     "no reader was attached for {} ms; the answer was cancelled",
                     config.detached_cancel.as_millis()
                 );
-                stream.replay.push(ServerMessage::stream_error(Some(request_id.clone()), "timeout", "detached", message));
+                stream.replay.push(ServerMessage::stream_error(Some(request_id.clone()), StreamCode::Detached, message));
                 break;
             }
             event = events.next() => {
@@ -83,19 +82,19 @@ fn stopped(request_id: &str, stream_id: &str, why: Stop) -> ServerMessage {
     match why {
         Stop::Cancelled => ServerMessage::stream_error(
             Some(request_id.to_string()),
-            "cancelled",
-            "cancelled",
+            StreamCode::Cancelled,
             "the stream was cancelled by its owner",
         ),
-        Stop::Draining(reason) => ServerMessage::Error {
-            id: Some(request_id.to_string()),
-            class: "unavailable".into(),
-            message: reason,
-            retry_after_ms: Some(DRAIN_RETRY_MS),
-            envelope: None,
-            code: Some("draining"),
-            first_seq: None,
-            stream: Some(stream_id.to_string()),
-        },
+        Stop::Draining(reason) => {
+            let mut m = ServerMessage::stream_error(Some(request_id.to_string()), StreamCode::Draining, reason);
+            if let ServerMessage::Error {
+                retry_after_ms, stream, ..
+            } = &mut m
+            {
+                *retry_after_ms = Some(DRAIN_RETRY_MS);
+                *stream = Some(stream_id.to_string());
+            }
+            m
+        }
     }
 }

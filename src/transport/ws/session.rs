@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use axum::extract::ws::{close_code, CloseFrame, Message};
 use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
 use tokio::sync::mpsc::OwnedPermit;
-use tokio::sync::{mpsc, Semaphore};
 use tokio::time::{interval_at, timeout, Instant, MissedTickBehavior};
 
 use super::protocol::{self, ClientMessage};
@@ -26,7 +26,7 @@ use super::render::sequenced;
 use super::streams::{Item, RequestStreams};
 use crate::gateway::GatewayError;
 use crate::transport::error::ErrorReply;
-use crate::transport::native::{ChatOptions, ServerMessage};
+use crate::transport::native::{ChatOptions, ServerMessage, StreamCode};
 use crate::transport::openai::decode_value;
 use crate::transport::replay::Resume;
 use crate::transport::streams::{gap_error, Refused, Registry, Stop, Stream as Registered};
@@ -49,12 +49,28 @@ enum Step {
 /// One slot in the outgoing queue, taken before a step.
 type Slot = OwnedPermit<Message>;
 
+/// Where a request gets its place at the server's stream gate: for its final priority, or
+/// the refusal (busy, draining) it is answered with.
+pub type Slots = Box<dyn Fn(&RequestCtx) -> Result<Box<dyn Send>, ErrorReply> + Send + Sync>;
+
+/// Places from a bare semaphore, for the session's own tests.
+#[cfg(test)]
+fn semaphore_slots(permits: Arc<tokio::sync::Semaphore>) -> Slots {
+    Box::new(move |_| {
+        permits
+            .clone()
+            .try_acquire_owned()
+            .map(|p| Box::new(p) as Box<dyn Send>)
+            .map_err(|_| ErrorReply::busy())
+    })
+}
+
 pub struct Session<F> {
     chat: F,
     /// The context from the upgrade request's headers; each request starts from a copy.
     base: RequestCtx,
     streams: RequestStreams,
-    permits: Arc<Semaphore>,
+    slots: Slots,
     registry: Arc<Registry>,
     out: mpsc::Sender<Message>,
     max_requests: usize,
@@ -65,18 +81,12 @@ impl<F> Session<F>
 where
     F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
 {
-    pub fn new(
-        chat: F,
-        base: RequestCtx,
-        permits: Arc<Semaphore>,
-        registry: Arc<Registry>,
-        out: mpsc::Sender<Message>,
-    ) -> Self {
+    pub fn new(chat: F, base: RequestCtx, slots: Slots, registry: Arc<Registry>, out: mpsc::Sender<Message>) -> Self {
         Session {
             chat,
             base,
             streams: RequestStreams::default(),
-            permits,
+            slots,
             registry,
             out,
             max_requests: MAX_REQUESTS_PER_SOCKET,
@@ -190,8 +200,9 @@ where
         if self.registry.is_full() {
             return send_error(slot, Some(id), ErrorReply::busy());
         }
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            return send_error(slot, Some(id), ErrorReply::busy());
+        let permit = match (self.slots)(&ctx) {
+            Ok(permit) => permit,
+            Err(refused) => return send_error(slot, Some(id), refused),
         };
         let request_id = ctx.request_id.clone();
         let events = match (self.chat)(req, ctx) {
@@ -211,12 +222,12 @@ where
         let stream = match self.registry.find(stream, Some(token)) {
             Ok(stream) => stream,
             Err(refused) => {
-                let (class, code, message) = match refused {
-                    Refused::NotFound => ("bad_request", "not_found", "no such stream"),
-                    Refused::Gone => ("bad_request", "gone", "this stream ended and expired"),
-                    Refused::Forbidden => ("bad_request", "forbidden", "the stream's token is wrong"),
+                let (code, message) = match refused {
+                    Refused::NotFound => (StreamCode::NotFound, "no such stream"),
+                    Refused::Gone => (StreamCode::Gone, "this stream ended and expired"),
+                    Refused::Forbidden => (StreamCode::Forbidden, "the stream's token is wrong"),
                 };
-                return send(slot, &ServerMessage::stream_error(Some(id), class, code, message));
+                return send(slot, &ServerMessage::stream_error(Some(id), code, message));
             }
         };
         match stream.replay.check_resume(after) {
@@ -299,6 +310,7 @@ mod tests {
     use serde_json::{json, Value};
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::sync::Semaphore;
     use tokio::task::JoinHandle;
 
     const PING_EVERY: Duration = Duration::from_secs(10);
@@ -342,7 +354,13 @@ mod tests {
                 detached_cancel: DETACHED,
                 retry: Duration::from_secs(1),
             }));
-            let session = Session::new(chat, RequestCtx::new(Dialect::Native), permits.clone(), registry, out);
+            let session = Session::new(
+                chat,
+                RequestCtx::new(Dialect::Native),
+                semaphore_slots(permits.clone()),
+                registry,
+                out,
+            );
             let session = tokio::spawn(session.run(incoming, PING_EVERY));
             Harness {
                 to_session,
