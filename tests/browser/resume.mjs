@@ -18,7 +18,7 @@ import { chromium } from "playwright-core";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "../..");
-const bin = process.env.TAILCUT_BIN || join(root, "target/debug/tailcut");
+const bin = process.env.TAILCUT_BIN ? resolve(process.env.TAILCUT_BIN) : join(root, "target/debug/tailcut");
 const shots = join(root, "target/browser");
 const PROMPT = "Tell me a long story about tail latency.";
 // Break once the answer is this many events in (of about 150), well before its end.
