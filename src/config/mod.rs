@@ -109,6 +109,25 @@ pub struct ServerConfig {
     /// The longest a single answer may stream once committed; past it, the answer ends as
     /// truncated without blaming the route.
     pub max_stream: Duration,
+    /// `[server.streams]`: the registry of resumable streams and their replay buffers.
+    pub streams: StreamsConfig,
+}
+
+/// `[server.streams]`: bounds and timers of resumable streams (`transport::streams`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamsConfig {
+    /// Streams the registry holds at once (running or finished-and-kept); beyond, 503.
+    pub max_open: usize,
+    /// Events one stream's replay buffer retains; older ones are dropped.
+    pub max_events: usize,
+    /// Bytes (serialized events) one stream's replay buffer retains; older ones are dropped.
+    pub max_bytes: usize,
+    /// How long a finished stream stays readable (then 410).
+    pub keep_after_done: Duration,
+    /// A running stream with no reader for this long is cancelled.
+    pub detached_cancel: Duration,
+    /// The `retry:` hint sent to EventSource readers.
+    pub retry: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

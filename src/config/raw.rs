@@ -23,6 +23,7 @@ pub struct RawServer {
     pub metrics_public: Option<bool>,
     pub ws: Option<RawWs>,
     pub cors: Option<RawCors>,
+    pub streams: Option<RawStreams>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -38,6 +39,17 @@ pub struct RawWs {
     pub buffer_bytes: Option<usize>,
     pub send_queue: Option<usize>,
     pub ping_interval_ms: Option<u64>,
+}
+
+/// `[server.streams]`: resumable streams (`POST /v1/streams`, WebSocket resume).
+#[derive(Debug, Default, Deserialize)]
+pub struct RawStreams {
+    pub max_open: Option<usize>,
+    pub max_events: Option<usize>,
+    pub max_bytes: Option<usize>,
+    pub keep_after_done_ms: Option<u64>,
+    pub detached_cancel_ms: Option<u64>,
+    pub retry_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::raw::{RawCors, RawHedge, RawServer};
+use super::raw::{RawCors, RawHedge, RawServer, RawStreams};
 use super::validate::Validator;
 use super::{BreakerConfig, ProbeMode};
-use super::{HedgeConfig, MidStreamPolicy, PolicyConfig, ServerConfig};
+use super::{HedgeConfig, MidStreamPolicy, PolicyConfig, ServerConfig, StreamsConfig};
 
 impl Validator {
     pub(super) fn server(&mut self, s: RawServer) -> ServerConfig {
@@ -34,6 +34,24 @@ impl Validator {
             metrics_public: s.metrics_public.unwrap_or(false),
             deadline: ms(s.deadline_ms.unwrap_or(60_000).max(1)),
             max_stream: ms(s.max_stream_ms.unwrap_or(600_000).max(1)),
+            streams: self.streams(s.streams.unwrap_or_default()),
+        }
+    }
+
+    /// `[server.streams]`; every bound at least 1 so a zero cannot make streams unusable.
+    fn streams(&mut self, s: RawStreams) -> StreamsConfig {
+        let ms = Duration::from_millis;
+        let max_bytes = s.max_bytes.unwrap_or(256 * 1024);
+        if max_bytes < 1024 {
+            self.problem("server.streams.max_bytes", "must be at least 1024");
+        }
+        StreamsConfig {
+            max_open: s.max_open.unwrap_or(2_000).max(1),
+            max_events: s.max_events.unwrap_or(4_096).max(1),
+            max_bytes,
+            keep_after_done: ms(s.keep_after_done_ms.unwrap_or(60_000)),
+            detached_cancel: ms(s.detached_cancel_ms.unwrap_or(30_000).max(1)),
+            retry: ms(s.retry_ms.unwrap_or(1_000)),
         }
     }
 

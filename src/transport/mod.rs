@@ -15,6 +15,8 @@
 //! - `ws`: `GET /v1/ws`, many requests multiplexed per socket (docs/ws-protocol.md).
 //! - `native_sse`: `POST|GET /v1/stream`, the native events over SSE for browsers.
 //! - `native`: the native messages shared by `ws` and `native_sse`.
+//! - `streams`, `replay`: resumable streams (`/v1/streams`), each answer driven by its own
+//!   task into a bounded replay buffer, read over SSE or the WebSocket (docs/streams.md).
 //! - `chat`: the steps before the answer that every HTTP chat endpoint shares.
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
@@ -33,11 +35,13 @@ pub mod native;
 pub mod native_sse;
 pub mod openai;
 pub mod ops;
+pub mod replay;
 pub mod sse_out;
 mod state;
+pub mod streams;
 pub mod ws;
 
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 
 pub use state::AppState;
@@ -51,4 +55,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/ws", any(ws::upgrade))
         .route("/v1/stream", post(native_sse::post_stream).get(native_sse::get_stream))
         .route("/v1/tokens", post(auth::mint))
+        .route("/v1/streams", post(streams::open_stream))
+        .route("/v1/streams/{id}/events", get(streams::read_events))
+        .route("/v1/streams/{id}", delete(streams::delete_stream))
 }

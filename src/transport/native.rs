@@ -58,11 +58,35 @@ pub enum ServerMessage {
         retry_after_ms: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         envelope: Option<Envelope>,
+        /// Why a resumable stream ended or could not be read: `resume_gap`, `detached`,
+        /// `draining`, `cancelled`, `not_found`, `gone`, `forbidden` (docs/streams.md).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code: Option<&'static str>,
+        /// `resume_gap`: the oldest event still held; resume from before it is impossible.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        first_seq: Option<u64>,
+        /// `draining`: the stream that was cut, so the client knows what to ask for again.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stream: Option<String>,
     },
     /// WebSocket only: the request was cancelled by the client and will send nothing more.
     Cancelled {
         id: String,
     },
+    /// WebSocket only: a `chat` (or `resume`) was registered as a resumable stream.
+    Accepted {
+        id: String,
+        stream: String,
+        token: String,
+    },
+}
+
+/// A message with its place in its stream, `{..., "seq": N}`: what a WebSocket sends.
+#[derive(Debug, Serialize)]
+pub struct Sequenced<'a> {
+    #[serde(flatten)]
+    pub message: &'a ServerMessage,
+    pub seq: u64,
 }
 
 impl ServerMessage {
@@ -109,7 +133,55 @@ impl ServerMessage {
             message: reply.message.clone(),
             retry_after_ms: reply.retry_after_ms(),
             envelope: reply.envelope.as_deref().cloned(),
+            code: None,
+            first_seq: None,
+            stream: None,
         }
+    }
+
+    /// An error about a resumable stream itself (not its answer), named by `code`.
+    pub fn stream_error(
+        id: Option<String>,
+        class: &str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> ServerMessage {
+        ServerMessage::Error {
+            id,
+            class: class.to_string(),
+            message: message.into(),
+            retry_after_ms: None,
+            envelope: None,
+            code: Some(code),
+            first_seq: None,
+            stream: None,
+        }
+    }
+
+    /// The same message for another request id (a WebSocket's own name for a stream).
+    pub fn with_id(&self, new_id: &str) -> ServerMessage {
+        let mut m = self.clone();
+        match &mut m {
+            ServerMessage::Start { id, .. }
+            | ServerMessage::Delta { id, .. }
+            | ServerMessage::ToolCall { id, .. }
+            | ServerMessage::Reset { id, .. }
+            | ServerMessage::RouteSwitch { id, .. }
+            | ServerMessage::Usage { id, .. }
+            | ServerMessage::Done { id, .. }
+            | ServerMessage::Cancelled { id }
+            | ServerMessage::Accepted { id, .. } => *id = new_id.to_string(),
+            ServerMessage::Error { id, .. } => *id = Some(new_id.to_string()),
+        }
+        m
+    }
+
+    /// Terminal messages end a stream: nothing follows them.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            ServerMessage::Done { .. } | ServerMessage::Error { .. } | ServerMessage::Cancelled { .. }
+        )
     }
 
     pub fn from_gateway(id: Option<String>, e: &GatewayError) -> ServerMessage {
@@ -128,6 +200,7 @@ impl ServerMessage {
             ServerMessage::Done { .. } => "done",
             ServerMessage::Error { .. } => "error",
             ServerMessage::Cancelled { .. } => "cancelled",
+            ServerMessage::Accepted { .. } => "accepted",
         }
     }
 

@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::transport::auth::Access;
+use crate::transport::streams::Registry;
 
 /// Shared state every handler gets.
 #[derive(Clone)]
@@ -24,11 +25,14 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     /// Set once shutdown began: `/readyz` answers 503.
     pub draining: Arc<AtomicBool>,
+    /// Resumable streams (`POST /v1/streams`, WebSocket requests); `cut_all` at drain's end.
+    pub resumable: Arc<Registry>,
 }
 
 impl AppState {
     pub fn new(gateway: Arc<Gateway>) -> Self {
         let config = Arc::clone(gateway.config());
+        let resumable = Arc::new(Registry::new(config.server.streams.clone()));
         AppState {
             streams: Arc::new(Semaphore::new(config.server.max_streams)),
             access: Arc::new(Access::new(&config)),
@@ -36,6 +40,7 @@ impl AppState {
             config,
             metrics: crate::telemetry::install(),
             draining: Arc::new(AtomicBool::new(false)),
+            resumable,
         }
     }
 }

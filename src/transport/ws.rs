@@ -47,6 +47,9 @@ pub async fn upgrade(
             message: "this Origin may not open a WebSocket here".into(),
             retry_after_ms: None,
             envelope: None,
+            code: None,
+            first_seq: None,
+            stream: None,
         };
         return json_response(403, HeaderMap::new(), body.to_json().into_bytes());
     }

@@ -1,0 +1,193 @@
+//! The registry and the run on paused time: detached cancel, expiry, cut, tokens, the cap.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::{stream, StreamExt};
+use tokio::sync::Semaphore;
+
+use super::*;
+use crate::transport::native::ServerMessage;
+use crate::transport::replay::Read;
+use crate::types::{Envelope, FinishReason, StreamEvent};
+
+fn config() -> StreamsConfig {
+    StreamsConfig {
+        max_open: 2,
+        max_events: 100,
+        max_bytes: 1 << 20,
+        keep_after_done: Duration::from_secs(60),
+        detached_cancel: Duration::from_secs(30),
+        retry: Duration::from_secs(1),
+    }
+}
+
+/// Starts, then never ends; sets the flag when dropped (the upstream closed).
+fn endless(dropped: Arc<AtomicBool>) -> EventStream {
+    struct OnDrop(Arc<AtomicBool>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let guard = OnDrop(dropped);
+    let events = stream::iter(vec![StreamEvent::Start(Envelope::default())]).chain(stream::pending());
+    Box::pin(events.map(move |e| {
+        let _held = &guard;
+        e
+    }))
+}
+
+fn answer(text: &str) -> EventStream {
+    Box::pin(stream::iter(vec![
+        StreamEvent::Start(Envelope::default()),
+        StreamEvent::TextDelta(text.to_string()),
+        StreamEvent::Finish {
+            reason: FinishReason::Stop,
+            envelope: Envelope::default(),
+        },
+    ]))
+}
+
+async fn read_to_end(stream: &Arc<Stream>, after: u64) -> Vec<(u64, Arc<ServerMessage>)> {
+    let mut attached = stream.attach(after);
+    let mut out = Vec::new();
+    while let Read::Event(seq, m) = attached.reader.next().await {
+        out.push((seq, m));
+    }
+    out
+}
+
+fn code(m: &ServerMessage) -> Option<&'static str> {
+    match m {
+        ServerMessage::Error { code, .. } => *code,
+        _ => None,
+    }
+}
+
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_without_a_reader_is_cancelled_after_detached_cancel() {
+    let registry = Arc::new(Registry::new(config()));
+    let permits = Arc::new(Semaphore::new(1));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let permit = permits.clone().try_acquire_owned().expect("permit");
+    let stream = registry
+        .open(endless(dropped.clone()), "req_1".into(), permit)
+        .expect("room");
+    // A reader comes and goes: the clock restarts when it leaves.
+    tokio::time::advance(Duration::from_secs(20)).await;
+    let reader = stream.attach(0);
+    tokio::time::advance(Duration::from_secs(40)).await;
+    settle().await;
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "an attached reader keeps the stream running"
+    );
+    drop(reader);
+    settle().await;
+    tokio::time::advance(Duration::from_secs(29)).await;
+    settle().await;
+    assert!(!dropped.load(Ordering::SeqCst), "not yet detached for 30 s");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    settle().await;
+    assert!(dropped.load(Ordering::SeqCst), "cancelled: its upstream closed");
+    assert_eq!(permits.available_permits(), 1, "and its stream permit released");
+    let events = read_to_end(&stream, 0).await;
+    let last = events.last().map(|(_, m)| code(m));
+    assert_eq!(last, Some(Some("detached")), "ends with an error of code detached");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_stream_is_kept_then_gone() {
+    let registry = Arc::new(Registry::new(config()));
+    let permits = Arc::new(Semaphore::new(1));
+    let permit = permits.clone().try_acquire_owned().expect("permit");
+    let stream = registry.open(answer("hi"), "req_1".into(), permit).expect("room");
+    let token = stream.token().to_string();
+    settle().await;
+    assert_eq!(read_to_end(&stream, 0).await.len(), 3, "start, delta, done");
+    assert_eq!(permits.available_permits(), 1, "the permit is back at the end");
+    tokio::time::advance(Duration::from_secs(59)).await;
+    settle().await;
+    assert!(
+        registry.find(&stream.id, Some(&token)).is_ok(),
+        "still readable at 59 s"
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    settle().await;
+    assert_eq!(
+        registry.find(&stream.id, Some(&token)).err(),
+        Some(Refused::Gone),
+        "expired after keep_after_done"
+    );
+    assert_eq!(
+        registry.find("st_never", Some(&token)).err(),
+        Some(Refused::NotFound),
+        "an id never seen is unknown"
+    );
+    assert!(registry.is_empty(), "an expired stream holds no memory");
+}
+
+#[tokio::test(start_paused = true)]
+async fn tokens_are_per_stream_and_the_cap_holds() {
+    let registry = Arc::new(Registry::new(config()));
+    let permits = Arc::new(Semaphore::new(3));
+    let take = || permits.clone().try_acquire_owned().expect("permit");
+    let a = registry
+        .open(endless(Arc::default()), "req_a".into(), take())
+        .expect("room");
+    let b = registry
+        .open(endless(Arc::default()), "req_b".into(), take())
+        .expect("room");
+    assert!(a.token().len() >= 22, "at least 128 bits of base64url");
+    assert_ne!(a.token(), b.token(), "each stream has its own token");
+    assert_eq!(registry.find(&a.id, None).err(), Some(Refused::Forbidden), "no token");
+    assert_eq!(
+        registry.find(&a.id, Some(b.token())).err(),
+        Some(Refused::Forbidden),
+        "another stream's token"
+    );
+    assert!(registry.find(&a.id, Some(a.token())).is_ok(), "its own token");
+    let third = registry.open(endless(Arc::default()), "req_c".into(), take());
+    assert!(third.is_err(), "max_open = 2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn cut_all_ends_running_streams_with_draining_and_their_id() {
+    let registry = Arc::new(Registry::new(config()));
+    let permits = Arc::new(Semaphore::new(2));
+    let take = || permits.clone().try_acquire_owned().expect("permit");
+    let running = registry
+        .open(endless(Arc::default()), "req_a".into(), take())
+        .expect("room");
+    let finished = registry.open(answer("x"), "req_b".into(), take()).expect("room");
+    settle().await;
+    assert_eq!(registry.cut_all("tailcut is shutting down"), 1, "only the running one");
+    settle().await;
+    let events = read_to_end(&running, 0).await;
+    match events.last().map(|(_, m)| m.as_ref()) {
+        Some(ServerMessage::Error {
+            code,
+            stream,
+            retry_after_ms,
+            ..
+        }) => assert_eq!(
+            (*code, stream.as_deref(), retry_after_ms.is_some()),
+            (Some("draining"), Some(running.id.as_str()), true),
+            "draining names the stream and says when to retry"
+        ),
+        other => panic!("expected a draining error, got {other:?}"),
+    }
+    let done = read_to_end(&finished, 0).await;
+    assert!(
+        matches!(done.last().map(|(_, m)| m.as_ref()), Some(ServerMessage::Done { .. })),
+        "a finished stream is left as it was"
+    );
+    assert_eq!(permits.available_permits(), 2, "both permits are back");
+}
