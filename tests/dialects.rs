@@ -172,7 +172,7 @@ async fn websocket_multiplexes_two_requests_by_id() {
                 assert_eq!(m["finish_reason"], "stop", "{m}");
                 done += 1;
             }
-            Some("usage") => {}
+            Some("usage" | "accepted") => {}
             other => panic!("unexpected message {other:?}: {m}"),
         }
     }
@@ -185,6 +185,7 @@ async fn websocket_cancel_closes_the_upstream_connection() {
     let server = start(&config_toml(&[("a", "openai", "long")], LONG)).await;
     let mut ws = ws_connect(&server, None).await.expect("upgrade");
     ws.send(ws_chat("r1")).await.expect("send");
+    assert_eq!(ws_next(&mut ws).await["type"], "accepted");
     assert_eq!(ws_next(&mut ws).await["type"], "start");
     ws.send(Message::text(json!({"type": "cancel", "id": "r1"}).to_string()))
         .await
@@ -207,9 +208,12 @@ async fn websocket_cancel_closes_the_upstream_connection() {
     assert!(log[0].tokens_sent < 2000, "the upstream did not finish the answer");
 }
 
+/// Closing the socket detaches its requests (they could be resumed on another socket);
+/// with no reader for `detached_cancel_ms` they are cancelled.
 #[tokio::test]
-async fn websocket_close_cancels_every_request() {
-    let server = start(&config_toml(&[("a", "openai", "long")], LONG)).await;
+async fn websocket_close_cancels_every_request_once_detached() {
+    let extra = format!("{LONG}\n[server.streams]\ndetached_cancel_ms = 200\n");
+    let server = start(&config_toml(&[("a", "openai", "long")], &extra)).await;
     let mut ws = ws_connect(&server, None).await.expect("upgrade");
     ws.send(ws_chat("r1")).await.expect("send");
     ws.send(ws_chat("r2")).await.expect("send");

@@ -81,14 +81,6 @@ pub enum ServerMessage {
     },
 }
 
-/// A message with its place in its stream, `{..., "seq": N}`: what a WebSocket sends.
-#[derive(Debug, Serialize)]
-pub struct Sequenced<'a> {
-    #[serde(flatten)]
-    pub message: &'a ServerMessage,
-    pub seq: u64,
-}
-
 impl ServerMessage {
     /// Renders one stream event for request `id`; the flag is true for terminal events.
     pub fn from_event(id: &str, event: StreamEvent) -> (ServerMessage, bool) {

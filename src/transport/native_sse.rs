@@ -10,7 +10,6 @@ use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
-use serde::Deserialize;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::chat::serve_chat;
@@ -25,44 +24,97 @@ use crate::transport::AppState;
 use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx, StreamEvent};
 
 /// `GET /v1/stream` parameters: `EventSource` cannot send a body or headers, so the
-/// request and the per-request options ride in the query string.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+/// request and the per-request options ride in the query string. The query is strict: an
+/// unknown key, a repeated one or a bad value is a 400 naming it, so a typo never passes.
+#[derive(Debug, Default, PartialEq)]
 pub struct StreamQuery {
     q: Option<String>,
-    response_type: Option<String>,
-    hedge: Option<bool>,
-    deadline_ms: Option<u64>,
-    priority: Option<String>,
-    session: Option<String>,
-    region: Option<String>,
+    options: ChatOptions,
+}
+
+/// Keys `GET /v1/stream` accepts (`token` is read by `auth`).
+const QUERY_KEYS: &[&str] = &[
+    "q",
+    "token",
+    "response_type",
+    "hedge",
+    "deadline_ms",
+    "priority",
+    "session",
+    "region",
+];
+
+impl StreamQuery {
+    pub fn parse(uri: &Uri) -> Result<StreamQuery, DecodeError> {
+        let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri)
+            .map_err(|_| DecodeError::body("the query string is not valid form encoding"))?;
+        let mut seen: Vec<String> = Vec::new();
+        let mut out = StreamQuery::default();
+        for (key, value) in pairs {
+            if !QUERY_KEYS.contains(&key.as_str()) {
+                let message = format!(
+                    "unknown query parameter {key:?} (expected one of {})",
+                    QUERY_KEYS.join(", ")
+                );
+                return Err(DecodeError::new(key, message));
+            }
+            if seen.contains(&key) {
+                return Err(DecodeError::new(key.clone(), format!("{key} is given twice")));
+            }
+            seen.push(key.clone());
+            let o = &mut out.options;
+            match key.as_str() {
+                "q" => out.q = Some(value),
+                "response_type" => o.response_type = Some(value),
+                "priority" => o.priority = Some(value),
+                "session" => o.session = Some(value),
+                "region" => o.region = Some(value),
+                "hedge" => {
+                    o.hedge = Some(match value.as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => {
+                            return Err(DecodeError::new(
+                                "hedge",
+                                format!("hedge must be true or false, not {value:?}"),
+                            ))
+                        }
+                    })
+                }
+                "deadline_ms" => {
+                    o.deadline_ms = Some(value.parse().map_err(|_| {
+                        DecodeError::new(
+                            "deadline_ms",
+                            format!("deadline_ms must be a whole number, not {value:?}"),
+                        )
+                    })?)
+                }
+                _ => {} // token
+            }
+        }
+        Ok(out)
+    }
 }
 
 pub async fn post_stream(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     start(state, headers, None, decode_request(&body), ChatOptions::default()).await
 }
 
-pub async fn get_stream(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
-    Query(query): Query<StreamQuery>,
-) -> Response {
+pub async fn get_stream(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let query = match StreamQuery::parse(&uri) {
+        Ok(query) => query,
+        Err(e) => {
+            let request_id = RequestCtx::new(Dialect::Native).request_id;
+            return error_response(&e.into(), &request_id);
+        }
+    };
     let decoded = match query.q.as_deref() {
         None | Some("") => Err(DecodeError::new("q", "pass the request as ?q=<URL-encoded JSON>")),
         Some(q) => serde_json::from_str(q)
             .map_err(|e| DecodeError::new("q", format!("q is not valid JSON: {e}")))
             .and_then(decode_value),
     };
-    let options = ChatOptions {
-        response_type: query.response_type,
-        hedge: query.hedge,
-        deadline_ms: query.deadline_ms,
-        priority: query.priority,
-        session: query.session,
-        region: query.region,
-    };
-    start(state, headers, super::auth::query_token(&uri), decoded, options).await
+    start(state, headers, super::auth::query_token(&uri), decoded, query.options).await
 }
 
 async fn start(
@@ -192,6 +244,40 @@ mod tests {
         assert!(
             body.contains("data: {\"type\":\"delta\",\"id\":\"req_n1\",\"text\":\"Hi\"}\n\n"),
             "delta data golden: {body}"
+        );
+    }
+
+    fn parse(uri: &str) -> Result<StreamQuery, Option<String>> {
+        StreamQuery::parse(&uri.parse().expect("uri")).map_err(|e| e.param)
+    }
+
+    #[test]
+    fn the_get_query_is_strict_and_names_the_bad_key() {
+        let q = parse("/v1/stream?q=%7B%7D&hedge=false&deadline_ms=900&token=t").expect("valid");
+        assert_eq!(
+            (q.q.as_deref(), q.options.hedge, q.options.deadline_ms),
+            (Some("{}"), Some(false), Some(900)),
+            "known keys parse"
+        );
+        assert_eq!(
+            parse("/v1/stream?q=1&hedging=false").err(),
+            Some(Some("hedging".into())),
+            "unknown key"
+        );
+        assert_eq!(
+            parse("/v1/stream?q=1&hedge=maybe").err(),
+            Some(Some("hedge".into())),
+            "bad bool"
+        );
+        assert_eq!(
+            parse("/v1/stream?deadline_ms=soon").err(),
+            Some(Some("deadline_ms".into())),
+            "bad number"
+        );
+        assert_eq!(
+            parse("/v1/stream?q=1&q=2").err(),
+            Some(Some("q".into())),
+            "repeated key"
         );
     }
 

@@ -8,18 +8,29 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::native::ServerMessage;
 
 /// Bookkeeping counted against `max_bytes` for each event besides its JSON.
-pub const EVENT_OVERHEAD: usize = std::mem::size_of::<Stored>() + std::mem::size_of::<ServerMessage>() + 16;
+pub const EVENT_OVERHEAD: usize = std::mem::size_of::<Event>() + 16;
 
-/// One retained event.
+/// One retained event: the native message as the compact JSON `GET /v1/stream` sends (its
+/// `id` is the stream's request id), kept serialized because that is several times smaller
+/// than the message itself and every reader sends it as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The `type`, which is the SSE event name.
+    pub name: &'static str,
+    pub terminal: bool,
+    pub json: Bytes,
+}
+
 struct Stored {
-    message: Arc<ServerMessage>,
-    /// The bytes charged for it: its compact JSON plus `EVENT_OVERHEAD`.
+    event: Event,
+    /// The bytes charged for it: its JSON plus `EVENT_OVERHEAD`.
     cost: usize,
 }
 
@@ -37,7 +48,7 @@ struct Log {
 /// What a reader gets next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Read {
-    Event(u64, Arc<ServerMessage>),
+    Event(u64, Event),
     /// The next event the reader needs was dropped; `first` is the oldest still held.
     Gap {
         first: u64,
@@ -87,8 +98,13 @@ impl Replay {
     /// oldest events are dropped while either bound is exceeded; the newest is always kept,
     /// so a late reader can still learn how the stream ended.
     pub fn push(&self, message: ServerMessage) -> Option<u64> {
-        let cost = message.to_json().len() + EVENT_OVERHEAD;
-        let finished = message.is_terminal();
+        let event = Event {
+            name: message.name(),
+            terminal: message.is_terminal(),
+            json: Bytes::from(message.to_json()),
+        };
+        let cost = event.json.len() + EVENT_OVERHEAD;
+        let finished = event.terminal;
         let seq = {
             let mut log = self.log.lock();
             if log.finished {
@@ -97,10 +113,7 @@ impl Replay {
             log.last += 1;
             log.finished = finished;
             log.bytes += cost;
-            log.events.push_back(Stored {
-                message: Arc::new(message),
-                cost,
-            });
+            log.events.push_back(Stored { event, cost });
             while log.events.len() > 1 && (log.events.len() > self.max_events || log.bytes > self.max_bytes) {
                 if let Some(old) = log.events.pop_front() {
                     log.bytes -= old.cost;
@@ -158,7 +171,7 @@ impl Replay {
         }
         let index = usize::try_from(next - log.first).unwrap_or(usize::MAX);
         match log.events.get(index) {
-            Some(stored) => Some(Read::Event(next, Arc::clone(&stored.message))),
+            Some(stored) => Some(Read::Event(next, stored.event.clone())),
             None if log.finished => Some(Read::End),
             None => None,
         }
@@ -189,6 +202,15 @@ impl Reader {
                 return Read::End;
             }
         }
+    }
+
+    /// The next event if it is already here, without waiting (to batch writes).
+    pub fn try_next(&mut self) -> Option<Read> {
+        let read = self.replay.read(self.next)?;
+        if let Read::Event(seq, _) = &read {
+            self.next = seq + 1;
+        }
+        Some(read)
     }
 
     /// Seq of the next event this reader will get.

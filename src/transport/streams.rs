@@ -19,7 +19,7 @@ use rand::RngCore;
 use subtle::ConstantTimeEq;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
-pub use http::{delete_stream, open_stream, read_events};
+pub use http::{delete_stream, gap_error, open_stream, read_events};
 
 use super::replay::{Reader, Replay};
 use crate::config::StreamsConfig;

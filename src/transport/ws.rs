@@ -3,6 +3,7 @@
 //! docs/ws-protocol.md).
 
 mod protocol;
+mod render;
 mod session;
 mod streams;
 
@@ -88,12 +89,12 @@ async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: sup
     let (out, queued) = mpsc::channel(server.ws_send_queue.max(1));
     let gateway = state.gateway.clone();
     let chat = caller.gated(move |req, ctx| gateway.chat(req, ctx));
-    let session = Session::new(chat, base, state.streams.clone(), out);
+    let session = Session::new(chat, base, state.streams.clone(), state.resumable.clone(), out);
     let close = {
         let writer = write_queued(&mut sink, queued);
         tokio::pin!(writer);
         tokio::select! {
-            // The client is gone; dropping the session cancels every request.
+            // The client is gone; dropping the session detaches its requests.
             _ = &mut writer => return,
             close = session.run(incoming, server.ws_ping_interval) => close,
         }

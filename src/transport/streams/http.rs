@@ -176,24 +176,40 @@ fn seq(text: &str) -> Option<u64> {
 }
 
 /// `retry:` first, then every event from the reader's position as `id`/`event`/`data`,
-/// keep-alive comments while idle, and the end after the terminal event.
+/// keep-alive comments while idle, and the end after the terminal event. Events already in
+/// the buffer go out together in one write (up to `BATCH_BYTES`), so a replay does not
+/// cost a round of small TCP writes.
 fn events_response(mut attached: Attached, retry: Duration, keepalive: Duration) -> Response {
     let request_id = attached.stream.request_id.clone();
     let frames = async_stream::stream! {
-        yield Bytes::from(format!("retry: {}\n\n", retry.as_millis()));
+        let mut out = format!("retry: {}\n\n", retry.as_millis()).into_bytes();
+        let mut read = attached.reader.next().await;
         loop {
-            match attached.reader.next().await {
-                Read::Event(seq, message) => {
-                    yield event_frame(Some(seq), &message);
-                    if message.is_terminal() {
-                        break;
-                    }
+            let end = match read {
+                Read::Event(seq, event) => {
+                    write_frame(&mut out, Some(seq), event.name, &event.json);
+                    event.terminal
                 }
                 Read::Gap { first } => {
-                    yield event_frame(None, &gap_error(Some(request_id.clone()), first));
-                    break;
+                    let gap = gap_error(Some(request_id.clone()), first);
+                    write_frame(&mut out, None, gap.name(), gap.to_json().as_bytes());
+                    true
                 }
-                Read::End => break,
+                Read::End => true,
+            };
+            if end {
+                yield Bytes::from(out);
+                break;
+            }
+            match attached.reader.try_next() {
+                Some(next) if out.len() < BATCH_BYTES => read = next,
+                waiting => {
+                    yield Bytes::from(std::mem::take(&mut out));
+                    read = match waiting {
+                        Some(next) => next,
+                        None => attached.reader.next().await,
+                    };
+                }
             }
         }
     };
@@ -205,6 +221,9 @@ fn events_response(mut attached: Attached, retry: Duration, keepalive: Duration)
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
 }
+
+/// The most bytes of already-buffered events sent in one write.
+const BATCH_BYTES: usize = 32 * 1024;
 
 /// The `error` a reader gets when the events it needs were dropped from the buffer.
 pub fn gap_error(id: Option<String>, first: u64) -> ServerMessage {
@@ -218,18 +237,15 @@ pub fn gap_error(id: Option<String>, first: u64) -> ServerMessage {
 }
 
 /// `id: <seq>\nevent: <type>\ndata: <json>\n\n`; the JSON is compact, so one `data:` line.
-fn event_frame(seq: Option<u64>, message: &ServerMessage) -> Bytes {
-    let json = message.to_json();
-    let mut out = String::with_capacity(json.len() + 40);
+fn write_frame(out: &mut Vec<u8>, seq: Option<u64>, name: &str, json: &[u8]) {
     if let Some(seq) = seq {
-        out.push_str(&format!("id: {seq}\n"));
+        out.extend_from_slice(format!("id: {seq}\n").as_bytes());
     }
-    out.push_str("event: ");
-    out.push_str(message.name());
-    out.push_str("\ndata: ");
-    out.push_str(&json);
-    out.push_str("\n\n");
-    Bytes::from(out)
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
 }
 
 #[cfg(test)]
@@ -277,8 +293,10 @@ mod tests {
             id: "req_1".into(),
             text: "a\nb".into(),
         };
+        let mut out = Vec::new();
+        write_frame(&mut out, Some(4), m.name(), m.to_json().as_bytes());
         assert_eq!(
-            &event_frame(Some(4), &m)[..],
+            &out[..],
             b"id: 4\nevent: delta\ndata: {\"type\":\"delta\",\"id\":\"req_1\",\"text\":\"a\\nb\"}\n\n",
             "golden frame"
         );

@@ -1,4 +1,4 @@
-//! The WebSocket protocol's client messages (`chat`, `cancel`): parsing one text frame into
+//! The WebSocket protocol's client messages (`chat`, `cancel`, `resume`): parsing one text frame into
 //! a message, or into an error that names the request id when the frame had one.
 
 use serde_json::Value;
@@ -18,6 +18,13 @@ pub enum ClientMessage {
     },
     /// Stop a request at once.
     Cancel { id: String },
+    /// Continue a registered stream under the socket-local `id`, from after seq `after`.
+    Resume {
+        id: String,
+        stream: String,
+        token: String,
+        after: u64,
+    },
 }
 
 /// A frame that is not a valid client message. The socket stays open.
@@ -82,13 +89,36 @@ pub fn parse(text: &str) -> Result<ClientMessage, ProtocolError> {
             Ok(ClientMessage::Chat { id, request, options })
         }
         "cancel" => Ok(ClientMessage::Cancel { id: need_id()? }),
+        "resume" => {
+            let id = need_id()?;
+            let text = |key: &str| match obj.get(key) {
+                Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+                _ => Err(ProtocolError::new(
+                    Some(&id),
+                    format!("a resume message needs a non-empty string \"{key}\""),
+                )),
+            };
+            let (stream, token) = (text("stream")?, text("token")?);
+            let after = match obj.get("after") {
+                None => 0,
+                Some(v) => v.as_u64().ok_or_else(|| {
+                    ProtocolError::new(Some(&id), "\"after\" must be a whole number (the last seq received)")
+                })?,
+            };
+            Ok(ClientMessage::Resume {
+                id,
+                stream,
+                token,
+                after,
+            })
+        }
         "" => Err(ProtocolError::new(
             id.as_deref(),
-            "the message has no \"type\"; expected chat or cancel",
+            "the message has no \"type\"; expected chat, cancel or resume",
         )),
         other => Err(ProtocolError::new(
             id.as_deref(),
-            format!("unknown message type {other:?}; expected chat or cancel"),
+            format!("unknown message type {other:?}; expected chat, cancel or resume"),
         )),
     }
 }
@@ -127,6 +157,25 @@ mod tests {
     fn cancel_message_parses() {
         let msg = parse(r#"{"type":"cancel","id":"c1"}"#);
         assert_eq!(msg, Ok(ClientMessage::Cancel { id: "c1".into() }), "cancel");
+    }
+
+    #[test]
+    fn resume_message_parses_and_needs_stream_and_token() {
+        let msg = parse(r#"{"type":"resume","id":"r2","stream":"st_a","token":"t","after":7}"#);
+        assert_eq!(
+            msg,
+            Ok(ClientMessage::Resume {
+                id: "r2".into(),
+                stream: "st_a".into(),
+                token: "t".into(),
+                after: 7
+            }),
+            "resume"
+        );
+        let e = parse(r#"{"type":"resume","id":"r2","stream":"st_a"}"#).expect_err("no token");
+        assert!(e.message.contains("token"), "names the field: {}", e.message);
+        let e = parse(r#"{"type":"resume","id":"r2","stream":"st_a","token":"t","after":-1}"#).expect_err("bad after");
+        assert!(e.message.contains("after"), "names the field: {}", e.message);
     }
 
     #[test]

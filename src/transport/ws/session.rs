@@ -1,28 +1,36 @@
-//! One WebSocket's session: a single loop that reads client frames, pulls events from every
-//! open request, and pings the client, writing through a bounded queue.
+//! One WebSocket's session: a single loop that reads client frames, reads every open
+//! request's stream, and pings the client, writing through a bounded queue.
 //!
-//! Why one loop and no task per request: every request stream is owned here, so a cancel
-//! drops that stream on the spot and the end of the session drops them all, which closes
-//! their upstream connections. Outgoing messages go into a queue of fixed size; when a
-//! client stops reading and the queue fills, the session ends with 1013 instead of
-//! buffering without bound.
+//! Each request is registered in the stream registry, whose task drives the answer; the
+//! session only holds a reader per request, so a request outlives its socket (it is
+//! detached, and can be resumed on another socket) and a `cancel` stops it at once.
+//!
+//! Backpressure instead of buffering: the loop takes one slot of the outgoing queue before
+//! it handles anything (a frame, an event, a ping), and every step sends at most one
+//! message. A client that writes a burst is read at the pace it reads its answers, and
+//! what exceeds its limits is answered with `overloaded` errors, one per refused frame. A
+//! client whose queue stays full for two ping intervals does not read: it is closed with
+//! 1013. A reader that falls behind the replay buffer gets `resume_gap` for that request.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{close_code, CloseFrame, Message};
 use futures::{Stream, StreamExt};
-use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::OwnedPermit;
 use tokio::sync::{mpsc, Semaphore};
-use tokio::time::{interval_at, Instant, MissedTickBehavior};
+use tokio::time::{interval_at, timeout, Instant, MissedTickBehavior};
 
 use super::protocol::{self, ClientMessage};
-use super::streams::RequestStreams;
+use super::render::sequenced;
+use super::streams::{Item, RequestStreams};
 use crate::gateway::GatewayError;
 use crate::transport::error::ErrorReply;
 use crate::transport::native::{ChatOptions, ServerMessage};
 use crate::transport::openai::decode_value;
-use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx, StreamEvent};
+use crate::transport::replay::Resume;
+use crate::transport::streams::{gap_error, Refused, Registry, Stop, Stream as Registered};
+use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx};
 
 /// Concurrent requests one socket may have open.
 pub const MAX_REQUESTS_PER_SOCKET: usize = 32;
@@ -38,12 +46,16 @@ enum Step {
     End(Option<CloseFrame>),
 }
 
+/// One slot in the outgoing queue, taken before a step.
+type Slot = OwnedPermit<Message>;
+
 pub struct Session<F> {
     chat: F,
     /// The context from the upgrade request's headers; each request starts from a copy.
     base: RequestCtx,
     streams: RequestStreams,
     permits: Arc<Semaphore>,
+    registry: Arc<Registry>,
     out: mpsc::Sender<Message>,
     max_requests: usize,
     missed_pongs: u32,
@@ -53,12 +65,19 @@ impl<F> Session<F>
 where
     F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
 {
-    pub fn new(chat: F, base: RequestCtx, permits: Arc<Semaphore>, out: mpsc::Sender<Message>) -> Self {
+    pub fn new(
+        chat: F,
+        base: RequestCtx,
+        permits: Arc<Semaphore>,
+        registry: Arc<Registry>,
+        out: mpsc::Sender<Message>,
+    ) -> Self {
         Session {
             chat,
             base,
             streams: RequestStreams::default(),
             permits,
+            registry,
             out,
             max_requests: MAX_REQUESTS_PER_SOCKET,
             missed_pongs: 0,
@@ -66,20 +85,27 @@ where
     }
 
     /// Runs until the client goes away or the session must close; returns the close frame
-    /// to send, if any. Returning drops every open request.
+    /// to send, if any. Returning detaches every open request (see `detached_cancel_ms`).
     pub async fn run<S>(mut self, mut incoming: S, ping_every: Duration) -> Option<CloseFrame>
     where
         S: Stream<Item = Result<Message, axum::Error>> + Unpin,
     {
         // A zero interval from configuration would panic the timer.
         let ping_every = ping_every.max(MIN_PING_INTERVAL);
+        let stalled = ping_every * MAX_MISSED_PONGS;
         let mut ping = interval_at(Instant::now() + ping_every, ping_every);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
+            let slot = match timeout(stalled, self.out.clone().reserve_owned()).await {
+                Ok(Ok(slot)) => slot,
+                // The writer is gone: so is the client.
+                Ok(Err(_)) => return None,
+                Err(_) => return Some(close(close_code::AGAIN, "client too slow")),
+            };
             let step = tokio::select! {
-                frame = incoming.next() => self.on_frame(frame),
-                (id, event) = self.streams.next() => self.on_event(&id, event),
-                _ = ping.tick() => self.on_ping_tick(),
+                frame = incoming.next() => self.on_frame(frame, slot),
+                (id, request_id, item) = self.streams.next() => self.on_item(&id, &request_id, item, slot),
+                _ = ping.tick() => self.on_ping_tick(slot),
             };
             if let Step::End(close) = step {
                 return close;
@@ -87,13 +113,14 @@ where
         }
     }
 
-    fn on_frame(&mut self, frame: Option<Result<Message, axum::Error>>) -> Step {
+    fn on_frame(&mut self, frame: Option<Result<Message, axum::Error>>, slot: Slot) -> Step {
         match frame {
             None | Some(Ok(Message::Close(_))) => Step::End(None),
             Some(Err(ref e)) if is_too_big(e) => Step::End(Some(close(close_code::SIZE, "message too big"))),
             Some(Err(_)) => Step::End(None),
-            Some(Ok(Message::Text(text))) => self.on_text(text.as_str()),
-            Some(Ok(Message::Binary(_))) => self.send_error(
+            Some(Ok(Message::Text(text))) => self.on_text(text.as_str(), slot),
+            Some(Ok(Message::Binary(_))) => send_error(
+                slot,
                 None,
                 ErrorReply::bad_request("binary frames are not supported; send JSON text frames"),
             ),
@@ -106,36 +133,50 @@ where
         }
     }
 
-    fn on_text(&mut self, text: &str) -> Step {
+    fn on_text(&mut self, text: &str, slot: Slot) -> Step {
         match protocol::parse(text) {
-            Ok(ClientMessage::Chat { id, request, options }) => self.start(id, request, options),
-            Ok(ClientMessage::Cancel { id }) => {
-                // Cancelling an id that already finished is not an error: the two crossed.
-                if self.streams.remove(&id) {
-                    self.send(&ServerMessage::Cancelled { id })
-                } else {
-                    Step::Continue
+            Ok(ClientMessage::Chat { id, request, options }) => self.start(id, request, options, slot),
+            Ok(ClientMessage::Cancel { id }) => match self.streams.remove(&id) {
+                Some(stream) => {
+                    stream.stop(Stop::Cancelled);
+                    send(slot, &ServerMessage::Cancelled { id })
                 }
-            }
-            Err(e) => self.send_error(e.id, ErrorReply::bad_request(e.message)),
+                // Cancelling an id that already finished is not an error: the two crossed.
+                None => Step::Continue,
+            },
+            Ok(ClientMessage::Resume {
+                id,
+                stream,
+                token,
+                after,
+            }) => self.resume(id, &stream, &token, after, slot),
+            Err(e) => send_error(slot, e.id, ErrorReply::bad_request(e.message)),
         }
     }
 
-    fn start(&mut self, id: String, request: serde_json::Value, options: ChatOptions) -> Step {
-        if self.streams.contains(&id) {
-            let reply = ErrorReply::bad_request(format!("request id {id:?} is already active on this connection"));
-            return self.send_error(Some(id), reply);
+    /// Why a new request cannot be opened under `id` on this socket, if it cannot.
+    fn refuse_open(&self, id: &str) -> Option<ErrorReply> {
+        if self.streams.contains(id) {
+            return Some(ErrorReply::bad_request(format!(
+                "request id {id:?} is already active on this connection"
+            )));
         }
         if self.streams.len() >= self.max_requests {
-            let reply = ErrorReply {
+            return Some(ErrorReply {
                 message: format!("at most {} concurrent requests per connection", self.max_requests),
                 ..ErrorReply::busy()
-            };
-            return self.send_error(Some(id), reply);
+            });
+        }
+        None
+    }
+
+    fn start(&mut self, id: String, request: serde_json::Value, options: ChatOptions, slot: Slot) -> Step {
+        if let Some(reply) = self.refuse_open(&id) {
+            return send_error(slot, Some(id), reply);
         }
         let mut req = match decode_value(request) {
             Ok(req) => req,
-            Err(e) => return self.send_error(Some(id), e.into()),
+            Err(e) => return send_error(slot, Some(id), e.into()),
         };
         req.stream = true;
         req.include_usage = true;
@@ -144,55 +185,89 @@ where
             ..self.base.clone()
         };
         if let Err(e) = options.apply(&mut ctx) {
-            return self.send_error(Some(id), e.into());
+            return send_error(slot, Some(id), e.into());
+        }
+        if self.registry.is_full() {
+            return send_error(slot, Some(id), ErrorReply::busy());
         }
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            return self.send_error(Some(id), ErrorReply::busy());
+            return send_error(slot, Some(id), ErrorReply::busy());
         };
-        match (self.chat)(req, ctx) {
-            Ok(events) => {
-                self.streams.insert(id, events, permit);
+        let request_id = ctx.request_id.clone();
+        let events = match (self.chat)(req, ctx) {
+            Ok(events) => events,
+            Err(e) => return send(slot, &ServerMessage::from_gateway(Some(id), &e)),
+        };
+        match self.registry.open(events, request_id, permit) {
+            Ok(stream) => self.attach(id, &stream, 0, slot),
+            Err(_) => send_error(slot, Some(id), ErrorReply::busy()),
+        }
+    }
+
+    fn resume(&mut self, id: String, stream: &str, token: &str, after: u64, slot: Slot) -> Step {
+        if let Some(reply) = self.refuse_open(&id) {
+            return send_error(slot, Some(id), reply);
+        }
+        let stream = match self.registry.find(stream, Some(token)) {
+            Ok(stream) => stream,
+            Err(refused) => {
+                let (class, code, message) = match refused {
+                    Refused::NotFound => ("bad_request", "not_found", "no such stream"),
+                    Refused::Gone => ("bad_request", "gone", "this stream ended and expired"),
+                    Refused::Forbidden => ("bad_request", "forbidden", "the stream's token is wrong"),
+                };
+                return send(slot, &ServerMessage::stream_error(Some(id), class, code, message));
+            }
+        };
+        match stream.replay.check_resume(after) {
+            Resume::Ok | Resume::Finished => self.attach(id, &stream, after, slot),
+            Resume::Gap { first } => send(slot, &gap_error(Some(id), first)),
+            Resume::Ahead { last } => send_error(
+                slot,
+                Some(id),
+                ErrorReply::bad_request(format!("after {after} is beyond this stream's newest event ({last})")),
+            ),
+        }
+    }
+
+    /// Reads `stream` from after `after` under `id`, confirmed with `accepted`.
+    fn attach(&mut self, id: String, stream: &Arc<Registered>, after: u64, slot: Slot) -> Step {
+        let accepted = ServerMessage::Accepted {
+            id: id.clone(),
+            stream: stream.id.clone(),
+            token: stream.token().to_string(),
+        };
+        self.streams.insert(id, stream.attach(after));
+        send(slot, &accepted)
+    }
+
+    fn on_item(&mut self, id: &str, request_id: &str, item: Item, slot: Slot) -> Step {
+        match item {
+            Item::Event(seq, event) => {
+                slot.send(Message::Text(sequenced(id, request_id, seq, &event).into()));
                 Step::Continue
             }
-            Err(e) => self.send(&ServerMessage::from_gateway(Some(id), &e)),
+            Item::Gap { first } => send(slot, &gap_error(Some(id.to_string()), first)),
         }
     }
 
-    fn on_event(&mut self, id: &str, event: Option<StreamEvent>) -> Step {
-        let Some(event) = event else {
-            let reply = ErrorReply::broken_stream("ended without a finish", None);
-            return self.send_error(Some(id.to_string()), reply);
-        };
-        let (message, terminal) = ServerMessage::from_event(id, event);
-        if terminal {
-            self.streams.remove(id);
-        }
-        self.send(&message)
-    }
-
-    fn on_ping_tick(&mut self) -> Step {
+    fn on_ping_tick(&mut self, slot: Slot) -> Step {
         if self.missed_pongs >= MAX_MISSED_PONGS {
             return Step::End(Some(close(close_code::POLICY, "no pong for two pings")));
         }
         self.missed_pongs += 1;
-        self.enqueue(Message::Ping(Default::default()))
+        slot.send(Message::Ping(Default::default()));
+        Step::Continue
     }
+}
 
-    fn send_error(&mut self, id: Option<String>, reply: ErrorReply) -> Step {
-        self.send(&ServerMessage::from_reply(id, &reply))
-    }
+fn send_error(slot: Slot, id: Option<String>, reply: ErrorReply) -> Step {
+    send(slot, &ServerMessage::from_reply(id, &reply))
+}
 
-    fn send(&mut self, message: &ServerMessage) -> Step {
-        self.enqueue(Message::Text(message.to_json().into()))
-    }
-
-    fn enqueue(&mut self, message: Message) -> Step {
-        match self.out.try_send(message) {
-            Ok(()) => Step::Continue,
-            Err(TrySendError::Full(_)) => Step::End(Some(close(close_code::AGAIN, "client too slow"))),
-            Err(TrySendError::Closed(_)) => Step::End(None),
-        }
-    }
+fn send(slot: Slot, message: &ServerMessage) -> Step {
+    slot.send(Message::Text(message.to_json().into()));
+    Step::Continue
 }
 
 fn close(code: u16, reason: &'static str) -> CloseFrame {
@@ -218,7 +293,8 @@ fn is_too_big(e: &axum::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{Envelope, FinishReason};
+    use crate::config::StreamsConfig;
+    use crate::types::{Envelope, FinishReason, StreamEvent};
     use futures::stream;
     use serde_json::{json, Value};
     use std::collections::HashMap;
@@ -226,6 +302,14 @@ mod tests {
     use tokio::task::JoinHandle;
 
     const PING_EVERY: Duration = Duration::from_secs(10);
+    const DETACHED: Duration = Duration::from_secs(30);
+
+    /// Lets the registry's tasks run.
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
 
     struct Harness {
         to_session: mpsc::Sender<Result<Message, axum::Error>>,
@@ -250,7 +334,15 @@ mod tests {
             }));
             let (out, from_session) = mpsc::channel(queue);
             let permits = Arc::new(Semaphore::new(permits));
-            let session = Session::new(chat, RequestCtx::new(Dialect::Native), permits.clone(), out);
+            let registry = Arc::new(Registry::new(StreamsConfig {
+                max_open: 100,
+                max_events: 1000,
+                max_bytes: 1 << 20,
+                keep_after_done: Duration::from_secs(60),
+                detached_cancel: DETACHED,
+                retry: Duration::from_secs(1),
+            }));
+            let session = Session::new(chat, RequestCtx::new(Dialect::Native), permits.clone(), registry, out);
             let session = tokio::spawn(session.run(incoming, PING_EVERY));
             Harness {
                 to_session,
@@ -271,7 +363,17 @@ mod tests {
                 .expect("session is running");
         }
 
+        /// The next message other than `accepted`.
         async fn recv(&mut self) -> Value {
+            loop {
+                let v = self.recv_any().await;
+                if v["type"] != "accepted" {
+                    return v;
+                }
+            }
+        }
+
+        async fn recv_any(&mut self) -> Value {
             match self.from_session.recv().await {
                 Some(Message::Text(t)) => serde_json::from_str(t.as_str()).expect("server sends JSON"),
                 other => panic!("expected a text message, got {other:?}"),
@@ -317,15 +419,26 @@ mod tests {
     async fn a_chat_streams_start_delta_and_done_for_its_id() {
         let mut h = Harness::start(vec![("a", answer("Hello"))], 16, 4);
         h.send(chat("c1", "a")).await;
+        let accepted = h.recv_any().await;
+        assert_eq!(
+            (&accepted["type"], &accepted["id"], accepted.get("seq")),
+            (&json!("accepted"), &json!("c1"), None),
+            "accepted first, without a seq"
+        );
+        assert!(
+            accepted["stream"].as_str().is_some_and(|s| s.starts_with("st_"))
+                && accepted["token"].as_str().is_some_and(|t| t.len() >= 22),
+            "it names the stream and its token: {accepted}"
+        );
         let start = h.recv().await;
         assert_eq!(
-            (&start["type"], &start["id"], &start["route"]),
-            (&json!("start"), &json!("c1"), &json!("r1")),
+            (&start["type"], &start["id"], &start["route"], &start["seq"]),
+            (&json!("start"), &json!("c1"), &json!("r1"), &json!(1)),
             "start"
         );
         assert_eq!(
             h.recv().await,
-            json!({"type": "delta", "id": "c1", "text": "Hello"}),
+            json!({"type": "delta", "id": "c1", "text": "Hello", "seq": 2}),
             "delta"
         );
         let done = h.recv().await;
@@ -334,6 +447,7 @@ mod tests {
             (&json!("done"), &json!("stop")),
             "done"
         );
+        settle().await;
         assert_eq!(
             h.permits.available_permits(),
             4,
@@ -370,6 +484,7 @@ mod tests {
             json!({"type": "cancelled", "id": "c1"}),
             "cancel is confirmed"
         );
+        settle().await;
         assert!(
             dropped.load(Ordering::SeqCst),
             "the stream was dropped, cancelling its upstream"
@@ -422,8 +537,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn closing_the_socket_cancels_every_request() {
+    #[tokio::test(start_paused = true)]
+    async fn closing_the_socket_detaches_its_requests_until_detached_cancel() {
         let (d1, d2) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
         let mut h = Harness::start(vec![("a", endless(d1.clone())), ("b", endless(d2.clone()))], 16, 4);
         h.send(chat("c1", "a")).await;
@@ -436,24 +551,38 @@ mod tests {
             .expect("session running");
         let close = h.session.await.expect("session task ends cleanly");
         assert_eq!(close.map(|c| c.code), None, "the client closed; nothing more to say");
+        settle().await;
+        assert!(
+            !d1.load(Ordering::SeqCst) && !d2.load(Ordering::SeqCst),
+            "the requests run on, detached, so a new socket can resume them"
+        );
+        tokio::time::advance(DETACHED + Duration::from_secs(1)).await;
+        settle().await;
         assert!(
             d1.load(Ordering::SeqCst) && d2.load(Ordering::SeqCst),
-            "both streams were dropped"
+            "both streams were dropped after detached_cancel"
         );
+        assert_eq!(h.permits.available_permits(), 4, "and their permits freed");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_client_that_does_not_read_is_closed_as_too_slow() {
         let many: Vec<StreamEvent> = std::iter::once(StreamEvent::Start(Envelope::default()))
             .chain((0..100).map(|i| StreamEvent::TextDelta(format!("t{i}"))))
             .collect();
         let h = Harness::start(vec![("a", Box::pin(stream::iter(many)))], 4, 4);
+        let started = Instant::now();
         h.send(chat("c1", "a")).await;
         let close = h.session.await.expect("session task ends cleanly");
         assert_eq!(
             close.map(|c| c.code),
             Some(close_code::AGAIN),
             "closed with 1013 instead of buffering"
+        );
+        assert_eq!(
+            started.elapsed(),
+            PING_EVERY * 2,
+            "once the queue stayed full for two ping intervals"
         );
     }
 

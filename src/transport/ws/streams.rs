@@ -1,23 +1,37 @@
-//! The open requests of one WebSocket, keyed by client id: polled together by the socket's
-//! one task, removed (and so cancelled) by id. Each holds its stream permit.
+//! The open requests of one WebSocket, keyed by client id: each is a reader attached to a
+//! registered stream, polled together by the socket's one task and removed by id. Removing
+//! one (or dropping the socket) detaches the reader; the stream itself runs on in the
+//! registry until it ends, is cancelled, or stays detached too long.
 
 use std::future::{poll_fn, Future};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::stream::BoxStream;
 use futures::StreamExt;
-use tokio::sync::OwnedSemaphorePermit;
 
-use crate::types::{EventStream, StreamEvent};
+use crate::transport::replay::{Event, Read};
+use crate::transport::streams::{Attached, Stream};
+
+/// What one request produced next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    Event(u64, Event),
+    /// The reader fell behind the replay buffer; `first` is the oldest seq held.
+    Gap {
+        first: u64,
+    },
+}
 
 struct Entry {
     id: String,
-    events: EventStream,
-    _permit: OwnedSemaphorePermit,
+    stream: Arc<Stream>,
+    reads: BoxStream<'static, Read>,
 }
 
-/// A small keyed set of event streams. Linear scans are fine: a socket has a few dozen
-/// requests at most. Polling starts after the last stream that yielded, so one chatty
-/// stream cannot starve the others.
+/// A small keyed set of readers. Linear scans are fine: a socket has a few dozen requests
+/// at most. Polling starts after the last reader that yielded, so one chatty stream cannot
+/// starve the others.
 #[derive(Default)]
 pub struct RequestStreams {
     entries: Vec<Entry>,
@@ -33,123 +47,58 @@ impl RequestStreams {
         self.entries.iter().any(|e| e.id == id)
     }
 
-    pub fn insert(&mut self, id: String, events: EventStream, permit: OwnedSemaphorePermit) {
+    pub fn insert(&mut self, id: String, attached: Attached) {
+        let stream = Arc::clone(&attached.stream);
+        let reads = futures::stream::unfold(attached, |mut a| async move { Some((a.reader.next().await, a)) });
         self.entries.push(Entry {
             id,
-            events,
-            _permit: permit,
+            stream,
+            reads: reads.boxed(),
         });
     }
 
-    /// Drops the request's stream (cancelling its upstream work) and frees its permit.
-    pub fn remove(&mut self, id: &str) -> bool {
-        let before = self.entries.len();
-        self.entries.retain(|e| e.id != id);
-        self.entries.len() != before
+    /// Detaches the request's reader; returns its stream so the caller may stop it.
+    pub fn remove(&mut self, id: &str) -> Option<Arc<Stream>> {
+        let i = self.entries.iter().position(|e| e.id == id)?;
+        Some(self.entries.swap_remove(i).stream)
     }
 
-    /// The next event from any stream. `None` means that stream ended (it is removed).
-    /// Never ready while there are no streams.
-    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<(String, Option<StreamEvent>)> {
-        let n = self.entries.len();
-        for k in 0..n {
+    /// The next item from any request, with the stream's request id. A terminal event, a
+    /// gap or the end removes the request; the end alone is not reported (a resume after
+    /// the terminal event has nothing more to say). Never ready while there are none.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<(String, String, Item)> {
+        let mut k = 0;
+        while k < self.entries.len() {
+            let n = self.entries.len();
             let i = (self.next + k) % n;
             let entry = &mut self.entries[i];
-            match entry.events.poll_next_unpin(cx) {
-                Poll::Ready(Some(event)) => {
-                    self.next = i + 1;
-                    return Poll::Ready((entry.id.clone(), Some(event)));
+            match entry.reads.poll_next_unpin(cx) {
+                Poll::Ready(Some(Read::Event(seq, event))) => {
+                    let ids = (entry.id.clone(), entry.stream.request_id.clone());
+                    if event.terminal {
+                        self.entries.swap_remove(i);
+                        self.next = i;
+                    } else {
+                        self.next = i + 1;
+                    }
+                    return Poll::Ready((ids.0, ids.1, Item::Event(seq, event)));
                 }
-                Poll::Ready(None) => {
+                Poll::Ready(Some(Read::Gap { first })) => {
                     let entry = self.entries.swap_remove(i);
                     self.next = i;
-                    return Poll::Ready((entry.id, None));
+                    return Poll::Ready((entry.id, entry.stream.request_id.clone(), Item::Gap { first }));
                 }
-                Poll::Pending => {}
+                Poll::Ready(Some(Read::End) | None) => {
+                    self.entries.swap_remove(i);
+                    // The entry now at `i` has not been polled yet: look at it next.
+                }
+                Poll::Pending => k += 1,
             }
         }
         Poll::Pending
     }
 
-    pub fn next(&mut self) -> impl Future<Output = (String, Option<StreamEvent>)> + '_ {
+    pub fn next(&mut self) -> impl Future<Output = (String, String, Item)> + '_ {
         poll_fn(|cx| self.poll_next(cx))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::stream;
-    use std::sync::Arc;
-    use tokio::sync::Semaphore;
-
-    fn text_stream(texts: &[&str]) -> EventStream {
-        let events: Vec<StreamEvent> = texts.iter().map(|t| StreamEvent::TextDelta(t.to_string())).collect();
-        Box::pin(stream::iter(events))
-    }
-
-    #[tokio::test]
-    async fn events_from_all_streams_are_interleaved_fairly() {
-        let sem = Arc::new(Semaphore::new(4));
-        let mut set = RequestStreams::default();
-        set.insert(
-            "a".into(),
-            text_stream(&["a1", "a2"]),
-            sem.clone().try_acquire_owned().expect("permit"),
-        );
-        set.insert(
-            "b".into(),
-            text_stream(&["b1", "b2"]),
-            sem.clone().try_acquire_owned().expect("permit"),
-        );
-        let mut seen = Vec::new();
-        for _ in 0..4 {
-            let (id, event) = set.next().await;
-            if let Some(StreamEvent::TextDelta(t)) = event {
-                seen.push(format!("{id}:{t}"));
-            }
-        }
-        assert_eq!(seen, vec!["a:a1", "b:b1", "a:a2", "b:b2"], "round robin across streams");
-    }
-
-    #[tokio::test]
-    async fn an_ended_stream_is_reported_once_and_removed_with_its_permit() {
-        let sem = Arc::new(Semaphore::new(1));
-        let mut set = RequestStreams::default();
-        set.insert(
-            "a".into(),
-            text_stream(&[]),
-            sem.clone().try_acquire_owned().expect("permit"),
-        );
-        let (id, event) = set.next().await;
-        assert_eq!((id.as_str(), event), ("a", None), "the end is reported");
-        assert_eq!(set.len(), 0, "and the stream is gone");
-        assert_eq!(sem.available_permits(), 1, "its permit is back");
-    }
-
-    #[test]
-    fn remove_drops_the_stream_and_frees_the_permit() {
-        let sem = Arc::new(Semaphore::new(1));
-        let mut set = RequestStreams::default();
-        set.insert(
-            "a".into(),
-            Box::pin(stream::pending()),
-            sem.clone().try_acquire_owned().expect("permit"),
-        );
-        assert!(set.contains("a"), "inserted");
-        assert!(set.remove("a"), "removed");
-        assert!(!set.remove("a"), "removing twice finds nothing");
-        assert_eq!(sem.available_permits(), 1, "permit returned on removal");
-    }
-
-    #[test]
-    fn an_empty_set_is_never_ready() {
-        let mut set = RequestStreams::default();
-        let waker = futures::task::noop_waker();
-        let mut cx = Context::from_waker(&waker);
-        assert!(
-            set.poll_next(&mut cx).is_pending(),
-            "no streams, no events, no busy loop"
-        );
     }
 }
