@@ -1,8 +1,9 @@
 // The playground and the dashboard in headless Chromium: an answer streamed over SSE and over
 // the WebSocket survives a connection broken mid-answer and ends whole, exactly once; the
-// dashboard shows the routes. Starts its own tailcut (tests/browser/browser.toml: a slow,
-// long, deterministic answer) on a free loopback port and saves screenshots under
-// target/browser/.
+// dashboard shows the routes; with [auth] the page is refused without a key and streams and
+// resumes with one typed in. Starts its own tailcut (tests/browser/browser.toml: a slow,
+// long, deterministic answer; a copy with [auth] and a fresh key) on free loopback ports and
+// saves screenshots and server logs under target/browser/.
 //
 //   node tests/browser/resume.mjs            (after `cargo build --bins`)
 //   TAILCUT_BIN=path/to/tailcut node tests/browser/resume.mjs
@@ -10,7 +11,8 @@
 // Uses Debian's /usr/bin/chromium (CHROMIUM overrides it); never downloads a browser.
 
 import { spawn } from "node:child_process";
-import { mkdirSync, openSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -71,11 +73,16 @@ async function serverAnswer(base) {
 }
 
 /** Sends PROMPT on `transport` from a fresh playground; breaks the connection at
- *  BREAK_AT_EVENT when `breakIt`; returns what the request's card ends with. */
-async function streamOnce(page, base, transport, breakIt) {
+ *  BREAK_AT_EVENT when `breakIt`; types `key` into the token field first when given;
+ *  returns what the request's card ends with. */
+async function streamOnce(page, base, transport, breakIt, key) {
   const url = base + "/?transport=" + transport + "&hedge=0&prompt=" + encodeURIComponent(PROMPT);
   await page.goto(url);
   await page.waitForSelector("body[data-ready='1']", { timeout: STEP_MS });
+  if (key) {
+    await page.fill("#token", key);
+    await page.dispatchEvent("#token", "change");
+  }
   if (transport === "ws") await page.waitForSelector("#conn.ok", { timeout: STEP_MS });
   await page.click("#send");
   const card = page.locator(".req").first();
@@ -107,20 +114,63 @@ async function streamOnce(page, base, transport, breakIt) {
   };
 }
 
-async function main() {
+/** Starts tailcut with `config` on a free loopback port; its log goes to target/browser/NAME.log. */
+async function startServer(config, name, env) {
   const port = await freePort();
   const base = "http://127.0.0.1:" + port;
-  const log = openSync(join(shots, "server.log"), "w");
-  const server = spawn(bin, ["serve", "--config", join(here, "browser.toml"), "--listen", "127.0.0.1:" + port], {
+  const log = openSync(join(shots, name + ".log"), "w");
+  const server = spawn(bin, ["serve", "--config", config, "--listen", "127.0.0.1:" + port], {
     stdio: ["ignore", log, log],
+    env: Object.assign({}, process.env, env || {}),
   });
+  servers.push(server);
+  await waitReady(base, server);
+  return base;
+}
+const servers = [];
+
+/** With [auth]: the page refuses to stream without a credential and streams with a key typed
+ *  into its token field, over SSE (bearer on POST /v1/streams) and the WebSocket (the key
+ *  traded for a browser token). The key is made here and never printed. */
+async function withAuth(browser, expected) {
+  const key = "tc_" + randomBytes(24).toString("hex");
+  const sha = createHash("sha256").update(key).digest("hex");
+  const config = join(shots, "auth.toml");
+  writeFileSync(
+    config,
+    readFileSync(join(here, "browser.toml"), "utf8") +
+      '\n[tenants.browser]\n[auth]\ntoken_secret_env = "TAILCUT_BROWSER_TEST_SECRET"\n' +
+      '[[auth.keys]]\nname = "browser-test"\nsha256 = "' + sha + '"\ntenant = "browser"\n',
+  );
+  const base = await startServer(config, "server-auth", {
+    TAILCUT_BROWSER_TEST_SECRET: randomBytes(32).toString("hex"),
+  });
+  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  const page = await context.newPage();
+  page.on("pageerror", (e) => check(false, "auth: no script error in the page: " + e.message));
+  const refused = await streamOnce(page, base, "sse", false);
+  check(
+    refused.state === "error" && refused.notes.some((n) => n.includes("401")),
+    `auth: without a key the page is refused with 401 (${refused.state}: ${refused.notes.join(" | ")})`,
+  );
+  for (const transport of ["sse", "ws"]) {
+    const result = await streamOnce(page, base, transport, true, key);
+    check(
+      result.state === "done" && result.text === expected && result.anomalies === 0 && result.resumes >= 1,
+      `auth: with a key typed in, ${transport} streams, resumes and ends whole (${result.state}: ${result.notes.join(" | ")})`,
+    );
+  }
+  await context.close();
+}
+
+async function main() {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
     headless: true,
     args: ["--headless", "--no-sandbox"],
   });
   try {
-    await waitReady(base, server);
+    const base = await startServer(join(here, "browser.toml"), "server");
     const expected = await serverAnswer(base);
     check(expected.length > 200, "the simulated answer is long (" + expected.length + " chars)");
     check((await serverAnswer(base)) === expected, "the simulated upstream is deterministic: the same answer twice");
@@ -163,9 +213,11 @@ async function main() {
     await page.waitForTimeout(1200);
     await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });
     await context.close();
+
+    await withAuth(browser, expected);
   } finally {
     await browser.close();
-    server.kill("SIGTERM");
+    for (const server of servers) server.kill("SIGTERM");
   }
   console.log("screenshots in " + shots);
   if (failures.length) {
