@@ -101,9 +101,13 @@ async function streamOnce(page, base, transport, breakIt, key) {
       await card.getByRole("button", { name: "Break the connection" }).click();
     }
   }
-  await page.waitForFunction(() => document.querySelector(".req")?.dataset.state !== "open", null, {
-    timeout: STEP_MS,
-  });
+  const ended = await page
+    .waitForFunction(() => document.querySelector(".req")?.dataset.state !== "open", null, { timeout: STEP_MS })
+    .then(() => true, () => false);
+  if (!ended) {
+    console.log(`  ${transport}: the request did not end in ${STEP_MS} ms; its card:`);
+    console.log("  " + JSON.stringify(await card.evaluate((c) => ({ data: { ...c.dataset }, conn: document.querySelector("#conn").textContent, notes: [...c.querySelectorAll(".note")].map((n) => n.textContent), text: c.querySelector(".out").textContent.length }))));
+  }
   return {
     state: await card.getAttribute("data-state"),
     text: await card.locator(".out").textContent(),
@@ -136,14 +140,19 @@ async function withAuth(browser, expected) {
   const key = "tc_" + randomBytes(24).toString("hex");
   const sha = createHash("sha256").update(key).digest("hex");
   const config = join(shots, "auth.toml");
+  const admin = randomBytes(16).toString("hex");
   writeFileSync(
     config,
-    readFileSync(join(here, "browser.toml"), "utf8") +
+    readFileSync(join(here, "browser.toml"), "utf8").replace(
+      "[server]\n",
+      '[server]\nadmin_token_env = "TAILCUT_BROWSER_TEST_ADMIN"\n',
+    ) +
       '\n[tenants.browser]\n[auth]\ntoken_secret_env = "TAILCUT_BROWSER_TEST_SECRET"\n' +
       '[[auth.keys]]\nname = "browser-test"\nsha256 = "' + sha + '"\ntenant = "browser"\n',
   );
   const base = await startServer(config, "server-auth", {
     TAILCUT_BROWSER_TEST_SECRET: randomBytes(32).toString("hex"),
+    TAILCUT_BROWSER_TEST_ADMIN: admin,
   });
   const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
   const page = await context.newPage();
@@ -160,6 +169,26 @@ async function withAuth(browser, expected) {
       `auth: with a key typed in, ${transport} streams, resumes and ends whole (${result.state}: ${result.notes.join(" | ")})`,
     );
   }
+
+  // The dashboard with the admin token: the routes show, and a 10 s drill opens a breaker
+  // and says how long is left.
+  await page.goto(base + "/dashboard");
+  await page.fill("#token", admin);
+  const row = page.locator("tr[data-route='sim-long-b']");
+  await row.waitFor({ timeout: STEP_MS });
+  await page.selectOption("#drillMs", "10000");
+  await row.getByRole("button", { name: "drill" }).click();
+  await page.waitForFunction(
+    () => /drill: \d+(\.\d)? s left/.test(document.querySelector("tr[data-route='sim-long-b'] .drilling")?.textContent || ""),
+    null,
+    { timeout: STEP_MS },
+  );
+  const drillStatus = await page.locator("#drillStatus").textContent();
+  check(/open for 10\.0 s/.test(drillStatus), `auth: the drill says how long it lasts (${drillStatus})`);
+  const breaker = await row.locator(".pill").first().textContent();
+  check(breaker.startsWith("open"), `auth: the drilled route's breaker shows open (${breaker})`);
+  await page.setViewportSize({ width: 1500, height: 900 });
+  await page.screenshot({ path: join(shots, "dashboard-drill.png"), fullPage: true });
   await context.close();
 }
 
