@@ -14,6 +14,29 @@ use resumable::{config, open, open_ok, read_all, seqs, text, Event, EventReader}
 use serde_json::{json, Value};
 use support::{client, start};
 
+/// Counts live heap bytes, for the replay memory measurement below.
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; only a counter is added.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's layout contract is passed on as is.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE.fetch_sub(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
 /// 197 text tokens + start, usage, done.
 const EVENTS: u64 = 200;
 
@@ -339,6 +362,27 @@ async fn measure_replay_memory_and_reconnect_latency() {
         bytes / events,
         json / events,
         tailcut::transport::replay::EVENT_OVERHEAD
+    );
+    // The heap a replay buffer really holds for the same 200 events (run alone: the
+    // counter is process-wide).
+    let messages: Vec<tailcut::transport::native::ServerMessage> = all
+        .iter()
+        .filter(|e| e.name == "delta")
+        .map(|e| tailcut::transport::native::ServerMessage::Delta {
+            id: e.data["id"].as_str().unwrap_or_default().to_string(),
+            text: e.data["text"].as_str().unwrap_or_default().to_string(),
+        })
+        .collect();
+    let before = LIVE.load(std::sync::atomic::Ordering::SeqCst);
+    let replay = std::sync::Arc::new(tailcut::transport::replay::Replay::new(4096, 1 << 20));
+    for m in &messages {
+        replay.push(m.clone()); // the clone is freed inside: only what the buffer keeps counts
+    }
+    let heap = LIVE.load(std::sync::atomic::Ordering::SeqCst) - before;
+    println!(
+        "replay heap measured: {heap} bytes for {} delta events ({} per event)",
+        replay.held().0,
+        heap / replay.held().0 as isize
     );
     let client = client();
     let mut micros = Vec::new();

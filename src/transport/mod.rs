@@ -6,8 +6,11 @@
 //! the gateway, wait for the first event. `Error` first means nothing was committed: the
 //! client gets a real HTTP status. `Start` first commits: response headers go out with
 //! the envelope, and the rest of the stream is mapped to frames as the client reads them.
-//! Nothing here spawns a task on the stream path; when the client goes away the body (or
-//! socket session) is dropped, and with it the event stream and every upstream attempt.
+//! The SDK dialects and `/v1/stream` spawn no task on the stream path: when the client goes
+//! away the body is dropped, and with it the event stream and every upstream attempt.
+//! Resumable streams (`/v1/streams` and every WebSocket request) are the exception by
+//! design: one task per answer keeps it going without a reader, bounded by the replay
+//! buffer, `detached_cancel_ms` and the stream permit it holds.
 //!
 //! Layout:
 //! - `openai`: `POST /v1/chat/completions`, `GET /v1/models` (request decoding, chunks).

@@ -61,7 +61,7 @@ pub enum ServerMessage {
         /// Why a resumable stream ended or could not be read: `resume_gap`, `detached`,
         /// `draining`, `cancelled`, `not_found`, `gone`, `forbidden` (docs/streams.md).
         #[serde(skip_serializing_if = "Option::is_none")]
-        code: Option<&'static str>,
+        code: Option<StreamCode>,
         /// `resume_gap`: the oldest event still held; resume from before it is impossible.
         #[serde(skip_serializing_if = "Option::is_none")]
         first_seq: Option<u64>,
@@ -79,6 +79,40 @@ pub enum ServerMessage {
         stream: String,
         token: String,
     },
+}
+
+/// Why a resumable stream ended or could not be read: the `code` of its `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamCode {
+    /// The events after the reader's position were dropped from the replay buffer.
+    ResumeGap,
+    /// No reader was attached for `detached_cancel_ms`.
+    Detached,
+    /// The server shut down.
+    Draining,
+    /// Its owner cancelled it.
+    Cancelled,
+    NotFound,
+    /// It ended and expired.
+    Gone,
+    /// The stream token is missing or wrong.
+    Forbidden,
+}
+
+impl StreamCode {
+    /// The error class that goes with the code.
+    pub fn class(self) -> &'static str {
+        match self {
+            StreamCode::ResumeGap => "bad_request",
+            StreamCode::Detached => "timeout",
+            StreamCode::Draining => "unavailable",
+            StreamCode::Cancelled => "cancelled",
+            StreamCode::NotFound => "not_found",
+            StreamCode::Gone => "gone",
+            StreamCode::Forbidden => "forbidden",
+        }
+    }
 }
 
 impl ServerMessage {
@@ -132,15 +166,10 @@ impl ServerMessage {
     }
 
     /// An error about a resumable stream itself (not its answer), named by `code`.
-    pub fn stream_error(
-        id: Option<String>,
-        class: &str,
-        code: &'static str,
-        message: impl Into<String>,
-    ) -> ServerMessage {
+    pub fn stream_error(id: Option<String>, code: StreamCode, message: impl Into<String>) -> ServerMessage {
         ServerMessage::Error {
             id,
-            class: class.to_string(),
+            class: code.class().to_string(),
             message: message.into(),
             retry_after_ms: None,
             envelope: None,

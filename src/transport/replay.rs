@@ -101,7 +101,8 @@ impl Replay {
         let event = Event {
             name: message.name(),
             terminal: message.is_terminal(),
-            json: Bytes::from(message.to_json()),
+            // Boxed first so the buffer holds exactly the JSON, not a grown Vec's capacity.
+            json: Bytes::from(message.to_json().into_bytes().into_boxed_slice()),
         };
         let cost = event.json.len() + EVENT_OVERHEAD;
         let finished = event.terminal;

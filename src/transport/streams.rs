@@ -107,10 +107,14 @@ pub struct Full;
 
 struct Table {
     live: HashMap<String, Arc<Stream>>,
+    /// Finished streams still held, oldest first: the first to go when room is needed.
+    finished: VecDeque<String>,
     /// Ids that expired, newest last, so a late reader gets 410 rather than 404. Bounded by
     /// `max_open`; an id pushed out of it reads as unknown.
     gone: VecDeque<String>,
     gone_set: HashSet<String>,
+    /// `max_open`.
+    gone_cap: usize,
 }
 
 pub struct Registry {
@@ -120,12 +124,15 @@ pub struct Registry {
 
 impl Registry {
     pub fn new(config: StreamsConfig) -> Registry {
+        let gone_cap = config.max_open;
         Registry {
             config,
             table: Mutex::new(Table {
                 live: HashMap::new(),
                 gone: VecDeque::new(),
                 gone_set: HashSet::new(),
+                finished: VecDeque::new(),
+                gone_cap,
             }),
         }
     }
@@ -143,8 +150,11 @@ impl Registry {
         self.len() == 0
     }
 
+    /// Every place is taken by a running stream. (Finished ones make room: the oldest is
+    /// expired early when a new stream needs its place.)
     pub fn is_full(&self) -> bool {
-        self.len() >= self.config.max_open
+        let table = self.table.lock();
+        table.live.len() >= self.config.max_open && table.finished.is_empty()
     }
 
     /// Registers an answer and spawns the task that drives it into the replay buffer. The
@@ -157,8 +167,11 @@ impl Registry {
     ) -> Result<Arc<Stream>, Full> {
         let stream = {
             let mut table = self.table.lock();
-            if table.live.len() >= self.config.max_open {
-                return Err(Full);
+            while table.live.len() >= self.config.max_open {
+                let Some(oldest) = table.finished.pop_front() else {
+                    return Err(Full);
+                };
+                table.forget(&oldest);
             }
             let id = format!("st_{}", random_b64::<16>());
             let stream = Arc::new(Stream {
@@ -207,17 +220,33 @@ impl Registry {
         cut
     }
 
+    /// The stream's answer ended: it is kept, and may now give its place to a new one.
+    fn finished(&self, id: &str) {
+        self.table.lock().finished.push_back(id.to_string());
+    }
+
     /// Forgets a finished stream; later reads get `Gone`.
     fn expire(&self, id: &str) {
         let mut table = self.table.lock();
-        if table.live.remove(id).is_none() {
+        table.forget(id);
+        // Streams expire in the order they finished, so the ids at the front are this one
+        // (or ones already evicted): the queue stays as long as the table.
+        while table.finished.front().is_some_and(|f| !table.live.contains_key(f)) {
+            table.finished.pop_front();
+        }
+    }
+}
+
+impl Table {
+    fn forget(&mut self, id: &str) {
+        if self.live.remove(id).is_none() {
             return;
         }
-        table.gone.push_back(id.to_string());
-        table.gone_set.insert(id.to_string());
-        while table.gone.len() > self.config.max_open {
-            if let Some(old) = table.gone.pop_front() {
-                table.gone_set.remove(&old);
+        self.gone.push_back(id.to_string());
+        self.gone_set.insert(id.to_string());
+        while self.gone.len() > self.gone_cap {
+            if let Some(old) = self.gone.pop_front() {
+                self.gone_set.remove(&old);
             }
         }
     }

@@ -80,8 +80,9 @@ pub async fn upgrade(
         .on_upgrade(move |socket| serve(socket, state, base, caller))
 }
 
-/// Runs one socket: the session loop and the writer are two futures of this one task, so
-/// nothing outlives the connection.
+/// Runs one socket: the session loop and the writer are two futures of this one task. The
+/// socket's requests run in the stream registry and outlive it, detached, until resumed,
+/// cancelled or `detached_cancel_ms` pass.
 async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: super::auth::Caller) {
     let server = &state.config.server;
     let (mut sink, incoming) = socket.split();

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use super::{Attached, Refused, Stop, Stream};
 use crate::transport::chat::serve_chat;
 use crate::transport::error::ErrorReply;
-use crate::transport::native::ServerMessage;
+use crate::transport::native::{ServerMessage, StreamCode};
 use crate::transport::native_sse::error_response;
 use crate::transport::openai::decode_request;
 use crate::transport::replay::{Read, Resume};
@@ -76,7 +76,7 @@ pub async fn read_events(
 ) -> Response {
     let params = match EventsQuery::parse(&uri, &headers) {
         Ok(p) => p,
-        Err(message) => return refusal(400, "bad_request", "bad_request", message),
+        Err(message) => return bad_request(message),
     };
     let stream = match state.resumable.find(&id, params.token.as_deref()) {
         Ok(stream) => stream,
@@ -87,7 +87,7 @@ pub async fn read_events(
         Resume::Finished => return StatusCode::NO_CONTENT.into_response(),
         Resume::Ahead { last } => {
             let message = format!("last_event_id {after} is beyond this stream's newest event ({last})");
-            return refusal(400, "bad_request", "bad_request", message);
+            return bad_request(message);
         }
         Resume::Ok | Resume::Gap { .. } => {}
     }
@@ -100,7 +100,7 @@ pub async fn read_events(
 pub async fn delete_stream(State(state): State<AppState>, Path(id): Path<String>, uri: Uri) -> Response {
     let token = match EventsQuery::parse(&uri, &HeaderMap::new()) {
         Ok(p) => p.token,
-        Err(message) => return refusal(400, "bad_request", "bad_request", message),
+        Err(message) => return bad_request(message),
     };
     match state.resumable.find(&id, token.as_deref()) {
         Ok(stream) => {
@@ -113,25 +113,28 @@ pub async fn delete_stream(State(state): State<AppState>, Path(id): Path<String>
 
 fn refused_response(refused: Refused) -> Response {
     match refused {
-        Refused::NotFound => refusal(404, "not_found", "not_found", "no such stream"),
+        Refused::NotFound => refusal(404, StreamCode::NotFound, "no such stream"),
         Refused::Gone => refusal(
             410,
-            "gone",
-            "gone",
+            StreamCode::Gone,
             "this stream ended and expired ([server.streams] keep_after_done_ms)",
         ),
         Refused::Forbidden => refusal(
             403,
-            "forbidden",
-            "forbidden",
+            StreamCode::Forbidden,
             "the stream's token is missing or wrong (pass ?token= from POST /v1/streams)",
         ),
     }
 }
 
-fn refusal(status: u16, class: &str, code: &'static str, message: impl Into<String>) -> Response {
-    let body = ServerMessage::stream_error(None, class, code, message).to_json();
+fn refusal(status: u16, code: StreamCode, message: impl Into<String>) -> Response {
+    let body = ServerMessage::stream_error(None, code, message).to_json();
     json_response(status, HeaderMap::new(), body.into_bytes())
+}
+
+fn bad_request(message: String) -> Response {
+    let body = ServerMessage::from_reply(None, &ErrorReply::bad_request(message)).to_json();
+    json_response(400, HeaderMap::new(), body.into_bytes())
 }
 
 /// The reader's parameters; the query is strict so a typo is an error, not a full replay.
@@ -229,7 +232,7 @@ const BATCH_BYTES: usize = 32 * 1024;
 pub fn gap_error(id: Option<String>, first: u64) -> ServerMessage {
     let message =
         format!("the events after the requested one were dropped from the replay buffer; the oldest held is {first}");
-    let mut m = ServerMessage::stream_error(id, "bad_request", "resume_gap", message);
+    let mut m = ServerMessage::stream_error(id, StreamCode::ResumeGap, message);
     if let ServerMessage::Error { first_seq, .. } = &mut m {
         *first_seq = Some(first);
     }

@@ -11,7 +11,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::{Registry, Stop, Stream};
 use crate::transport::error::ErrorReply;
-use crate::transport::native::ServerMessage;
+use crate::transport::native::{ServerMessage, StreamCode};
 use crate::types::EventStream;
 
 /// How long a client told to retry after a drain should wait.
@@ -52,7 +52,7 @@ pub(super) async fn run(
                     "no reader was attached for {} ms; the answer was cancelled",
                     config.detached_cancel.as_millis()
                 );
-                stream.replay.push(ServerMessage::stream_error(Some(request_id.clone()), "timeout", "detached", message));
+                stream.replay.push(ServerMessage::stream_error(Some(request_id.clone()), StreamCode::Detached, message));
                 break;
             }
             event = events.next() => {
@@ -74,6 +74,7 @@ pub(super) async fn run(
     // The upstream is closed and the slot freed now, not when the stream expires.
     drop(events);
     drop(permit);
+    registry.finished(&stream.id);
     tokio::time::sleep(config.keep_after_done).await;
     registry.expire(&stream.id);
 }
@@ -82,19 +83,19 @@ fn stopped(request_id: &str, stream_id: &str, why: Stop) -> ServerMessage {
     match why {
         Stop::Cancelled => ServerMessage::stream_error(
             Some(request_id.to_string()),
-            "cancelled",
-            "cancelled",
+            StreamCode::Cancelled,
             "the stream was cancelled by its owner",
         ),
-        Stop::Draining(reason) => ServerMessage::Error {
-            id: Some(request_id.to_string()),
-            class: "unavailable".into(),
-            message: reason,
-            retry_after_ms: Some(DRAIN_RETRY_MS),
-            envelope: None,
-            code: Some("draining"),
-            first_seq: None,
-            stream: Some(stream_id.to_string()),
-        },
+        Stop::Draining(reason) => {
+            let mut m = ServerMessage::stream_error(Some(request_id.to_string()), StreamCode::Draining, reason);
+            if let ServerMessage::Error {
+                retry_after_ms, stream, ..
+            } = &mut m
+            {
+                *retry_after_ms = Some(DRAIN_RETRY_MS);
+                *stream = Some(stream_id.to_string());
+            }
+            m
+        }
     }
 }

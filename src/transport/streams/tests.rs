@@ -178,3 +178,25 @@ async fn cut_all_ends_running_streams_with_draining_and_their_id() {
     );
     assert_eq!(permits.available_permits(), 2, "both permits are back");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_stream_gives_its_place_to_a_new_one() {
+    let registry = Arc::new(Registry::new(config()));
+    let permits = Arc::new(Semaphore::new(3));
+    let take = || permits.clone().try_acquire_owned().expect("permit");
+    let done = registry.open(answer("x"), "req_a".into(), take()).expect("room");
+    let _running = registry
+        .open(endless(Arc::default()), "req_b".into(), take())
+        .expect("room");
+    settle().await;
+    assert!(!registry.is_full(), "a finished stream's place can be taken");
+    let _new = registry
+        .open(endless(Arc::default()), "req_c".into(), take())
+        .expect("the finished one made room");
+    assert_eq!(
+        registry.find(&done.id, Some(done.token())).err(),
+        Some(Refused::Gone),
+        "the oldest finished stream was expired early"
+    );
+    assert!(registry.is_full(), "two running streams fill max_open = 2");
+}

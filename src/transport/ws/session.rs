@@ -26,7 +26,7 @@ use super::render::sequenced;
 use super::streams::{Item, RequestStreams};
 use crate::gateway::GatewayError;
 use crate::transport::error::ErrorReply;
-use crate::transport::native::{ChatOptions, ServerMessage};
+use crate::transport::native::{ChatOptions, ServerMessage, StreamCode};
 use crate::transport::openai::decode_value;
 use crate::transport::replay::Resume;
 use crate::transport::streams::{gap_error, Refused, Registry, Stop, Stream as Registered};
@@ -211,12 +211,12 @@ where
         let stream = match self.registry.find(stream, Some(token)) {
             Ok(stream) => stream,
             Err(refused) => {
-                let (class, code, message) = match refused {
-                    Refused::NotFound => ("bad_request", "not_found", "no such stream"),
-                    Refused::Gone => ("bad_request", "gone", "this stream ended and expired"),
-                    Refused::Forbidden => ("bad_request", "forbidden", "the stream's token is wrong"),
+                let (code, message) = match refused {
+                    Refused::NotFound => (StreamCode::NotFound, "no such stream"),
+                    Refused::Gone => (StreamCode::Gone, "this stream ended and expired"),
+                    Refused::Forbidden => (StreamCode::Forbidden, "the stream's token is wrong"),
                 };
-                return send(slot, &ServerMessage::stream_error(Some(id), class, code, message));
+                return send(slot, &ServerMessage::stream_error(Some(id), code, message));
             }
         };
         match stream.replay.check_resume(after) {

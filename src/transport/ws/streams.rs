@@ -102,3 +102,83 @@ impl RequestStreams {
         poll_fn(|cx| self.poll_next(cx))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::StreamsConfig;
+    use crate::transport::streams::Registry;
+    use crate::types::{Envelope, EventStream, FinishReason, StreamEvent};
+    use futures::stream;
+    use std::time::Duration;
+    use tokio::sync::Semaphore;
+
+    fn answer() -> EventStream {
+        Box::pin(stream::iter(vec![
+            StreamEvent::Start(Envelope::default()),
+            StreamEvent::TextDelta("x".into()),
+            StreamEvent::Finish {
+                reason: FinishReason::Stop,
+                envelope: Envelope::default(),
+            },
+        ]))
+    }
+
+    fn registry() -> Arc<Registry> {
+        Arc::new(Registry::new(StreamsConfig {
+            max_open: 10,
+            max_events: 100,
+            max_bytes: 1 << 20,
+            keep_after_done: Duration::from_secs(60),
+            detached_cancel: Duration::from_secs(30),
+            retry: Duration::from_secs(1),
+        }))
+    }
+
+    #[tokio::test]
+    async fn requests_interleave_fairly_and_a_terminal_event_removes_one() {
+        let registry = registry();
+        let permits = Arc::new(Semaphore::new(2));
+        let mut set = RequestStreams::default();
+        for id in ["a", "b"] {
+            let permit = permits.clone().try_acquire_owned().expect("permit");
+            let stream = registry.open(answer(), format!("req_{id}"), permit).expect("room");
+            set.insert(id.to_string(), stream.attach(0));
+        }
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            let (id, request_id, item) = set.next().await;
+            assert_eq!(request_id, format!("req_{id}"), "the stream's request id comes along");
+            if let Item::Event(seq, _) = item {
+                seen.push(format!("{id}{seq}"));
+            }
+        }
+        assert_eq!(seen, vec!["a1", "b1", "a2", "b2", "a3", "b3"], "round robin");
+        assert_eq!(set.len(), 0, "done removes each request");
+    }
+
+    #[tokio::test]
+    async fn remove_detaches_and_returns_the_stream() {
+        let registry = registry();
+        let permits = Arc::new(Semaphore::new(1));
+        let permit = permits.clone().try_acquire_owned().expect("permit");
+        let stream = registry
+            .open(Box::pin(stream::pending()), "req_a".into(), permit)
+            .expect("room");
+        let mut set = RequestStreams::default();
+        set.insert("a".into(), stream.attach(0));
+        assert!(set.contains("a"), "inserted");
+        assert_eq!(
+            set.remove("a").map(|s| s.id.clone()),
+            Some(stream.id.clone()),
+            "its stream"
+        );
+        assert!(set.remove("a").is_none(), "removing twice finds nothing");
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(
+            set.poll_next(&mut cx).is_pending(),
+            "no requests, no events, no busy loop"
+        );
+    }
+}
