@@ -1,19 +1,33 @@
 //! Operations endpoints: liveness, readiness, Prometheus metrics, and the admin view of routes
-//! (live TTFT percentiles, breakers, hedge counters) with the breaker drill.
+//! (live TTFT percentiles and their CCDF, breakers, admission, hedge counters) with the breaker
+//! drill.
 //!
 //! Who may call them: `/healthz` and `/readyz` are always public. The drill always needs the
 //! admin token. With `[auth]`, every `/admin` route needs it too (reads included), and so does
 //! `/metrics` unless `server.metrics_public = true`; without `[auth]` (loopback only) reads
 //! stay open.
+//!
+//! `/admin/routes` remembers, per configured route, the last TTFT figures a read saw, so the
+//! dashboard keeps showing them (marked stale, with their age) after the live window empties;
+//! and the drills running, so a drill given a duration (`?ms=`) keeps its breaker open that
+//! long and says how long is left.
 
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde_json::json;
+use axum::{Extension, Json, Router};
+use parking_lot::Mutex;
+use serde::Deserialize;
+use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use crate::health::{Health, RouteSnapshot, Unavailable};
 use crate::transport::{auth, AppState};
 
 pub fn routes() -> Router<AppState> {
@@ -23,6 +37,7 @@ pub fn routes() -> Router<AppState> {
         .route("/metrics", get(metrics))
         .route("/admin/routes", get(admin_routes))
         .route("/admin/routes/{name}/drill", post(drill))
+        .layer(Extension(Arc::new(OpsMemory::default())))
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
@@ -44,30 +59,291 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     }
 }
 
-async fn admin_routes(State(state): State<AppState>, headers: HeaderMap) -> Response {
+async fn admin_routes(
+    State(state): State<AppState>,
+    Extension(memory): Extension<Arc<OpsMemory>>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(refused) = admin_gate(&state, &headers, state.access.is_on(), "admin reads") {
         return refused;
     }
     let now = Instant::now();
-    let routes = state.gateway.health().snapshot(now, &state.config);
+    let health = state.gateway.health();
+    let routes: Vec<Value> = health
+        .snapshot(now, &state.config)
+        .into_iter()
+        .map(|snap| {
+            let ccdf = ttft_ccdf(snap.ttft_samples, |q| {
+                health.ttft_quantile(&snap.name, q, now).map(|d| d.as_secs_f64() * 1e3)
+            });
+            let seen = memory.remember(&snap, ccdf, now);
+            let drill_left = memory.drill_left(&snap.name, now);
+            let mut row = serde_json::to_value(&snap).unwrap_or_else(|_| json!({ "name": snap.name }));
+            if let Value::Object(fields) = &mut row {
+                fields.insert("admission_slots".into(), json!(admission_slots(snap.admission_limit)));
+                fields.insert("drill_ms_left".into(), json!(drill_left.map(millis)));
+                fields.insert("ttft_ccdf".into(), seen.ccdf_json(now));
+                let stale = snap.ttft_samples == 0 && seen.percentiles.is_some();
+                fields.insert("ttft_stale".into(), json!(stale));
+                fields.insert(
+                    "ttft_last_known".into(),
+                    if stale { seen.percentiles_json(now) } else { Value::Null },
+                );
+            }
+            row
+        })
+        .collect();
     Json(json!({ "routes": routes })).into_response()
 }
 
-/// `POST /admin/routes/{name}/drill`: opens the route's breaker on purpose, to prove the
-/// fallbacks before an incident does. Needs `Authorization: Bearer <admin token>`.
-async fn drill(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+/// The longest drill `?ms=` may ask for.
+const MAX_DRILL_MS: u64 = 600_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrillQuery {
+    /// How long the breaker stays open; default one cool-down.
+    ms: Option<u64>,
+}
+
+/// `POST /admin/routes/{name}/drill[?ms=N]`: opens the route's breaker on purpose, to prove
+/// the fallbacks before an incident does. Without `ms` it stays open one cool-down (then
+/// half-open, as after any opening); with `ms` (1..=600000) it is reopened until at least
+/// `ms` have passed. A new drill on the route replaces a running one. The answer says how
+/// long the breaker stays open. Needs `Authorization: Bearer <admin token>`.
+async fn drill(
+    State(state): State<AppState>,
+    Extension(memory): Extension<Arc<OpsMemory>>,
+    Path(name): Path<String>,
+    query: Result<Query<DrillQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(refused) = admin_gate(&state, &headers, true, "admin writes") {
         return refused;
     }
-    if state.gateway.health().force_open(&name, Instant::now()) {
-        tracing::warn!(route = %name, "breaker opened by drill");
-        Json(json!({"route": name, "breaker": "open", "reason": "drill"})).into_response()
-    } else {
-        (
+    let requested = match query {
+        Ok(Query(DrillQuery { ms: Some(ms) })) if (1..=MAX_DRILL_MS).contains(&ms) => Some(Duration::from_millis(ms)),
+        Ok(Query(DrillQuery { ms: Some(_) })) => {
+            return bad_request(format!("drill: ms must be 1..={MAX_DRILL_MS} (milliseconds)"));
+        }
+        Ok(Query(DrillQuery { ms: None })) => None,
+        Err(rejection) => return bad_request(format!("drill: {} (the only key is ms)", rejection.body_text())),
+    };
+    let now = Instant::now();
+    let breaker = &state.config.breaker;
+    let min_open = breaker.cooldown.min(breaker.max_cooldown).max(Duration::from_millis(1));
+    match memory.start_drill(state.gateway.health(), &name, requested, min_open, now) {
+        Some(open_for) => {
+            tracing::warn!(route = %name, open_ms = millis(open_for), "breaker opened by drill");
+            Json(json!({
+                "route": name,
+                "breaker": "open",
+                "reason": "drill",
+                "duration_ms": millis(open_for),
+            }))
+            .into_response()
+        }
+        None => (
             StatusCode::NOT_FOUND,
             Json(json!({"error": format!("no route named {name:?}")})),
         )
-            .into_response()
+            .into_response(),
+    }
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, Json(json!({ "error": message }))).into_response()
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The concurrency the AIMD limit admits now (admission uses the floor of its fractional
+/// limit, and always at least one).
+fn admission_slots(limit: f64) -> u64 {
+    if limit.is_finite() && limit >= 1.0 {
+        // Saturating float-to-int cast of a finite value.
+        limit.floor() as u64
+    } else {
+        1
+    }
+}
+
+/// Tail probabilities the CCDF is sampled at, from the whole window down to one in a
+/// thousand (log-spaced, so a log y axis shows them evenly).
+const CCDF_TAIL: [f64; 19] = [
+    1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01, 0.005, 0.002, 0.001,
+];
+
+/// The TTFT CCDF of a window of `samples` first tokens, as `[ms, P(TTFT > ms)]` points read
+/// off its quantiles (`quantile(q)` in ms, `None` while the window is too small): each tail
+/// probability the window can resolve (at least one sample beyond it), then the slowest
+/// sample at `1/samples`. Empty while `quantile` has no answer.
+fn ttft_ccdf(samples: u64, quantile: impl Fn(f64) -> Option<f64>) -> Vec<[f64; 2]> {
+    if samples == 0 {
+        return Vec::new();
+    }
+    let n = samples as f64;
+    let mut points = Vec::with_capacity(CCDF_TAIL.len() + 1);
+    for p in CCDF_TAIL.iter().copied().filter(|p| p * n >= 1.0) {
+        let Some(ms) = quantile(1.0 - p) else {
+            return Vec::new();
+        };
+        points.push([ms, p]);
+    }
+    let floor = 1.0 / n;
+    if points.last().is_some_and(|last| last[1] > floor) {
+        if let Some(max) = quantile(1.0) {
+            points.push([max, floor]);
+        }
+    }
+    points
+}
+
+/// Something a read of `/admin/routes` saw, and when.
+#[derive(Debug, Clone)]
+struct Seen<T> {
+    value: T,
+    at: Instant,
+}
+
+impl<T> Seen<T> {
+    fn age_ms(&self, now: Instant) -> u64 {
+        millis(now.saturating_duration_since(self.at))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Percentiles {
+    p50: Option<f64>,
+    p95: Option<f64>,
+    p99: Option<f64>,
+    samples: u64,
+}
+
+/// The last TTFT figures seen for one route.
+#[derive(Debug, Clone, Default)]
+struct LastTtft {
+    percentiles: Option<Seen<Percentiles>>,
+    ccdf: Option<Seen<Vec<[f64; 2]>>>,
+}
+
+impl LastTtft {
+    /// `{"points", "samples", "age_ms", "stale"}`: the CCDF of this read, or the last one
+    /// seen (stale, `age_ms` old); `null` if none was ever seen.
+    fn ccdf_json(&self, now: Instant) -> Value {
+        match (&self.ccdf, &self.percentiles) {
+            (Some(c), p) => json!({
+                "points": c.value,
+                "samples": p.as_ref().map(|p| p.value.samples),
+                "age_ms": c.age_ms(now),
+                "stale": c.at != now,
+            }),
+            (None, _) => Value::Null,
+        }
+    }
+
+    fn percentiles_json(&self, now: Instant) -> Value {
+        match &self.percentiles {
+            Some(p) => json!({
+                "p50_ms": p.value.p50,
+                "p95_ms": p.value.p95,
+                "p99_ms": p.value.p99,
+                "samples": p.value.samples,
+                "age_ms": p.age_ms(now),
+            }),
+            None => Value::Null,
+        }
+    }
+}
+
+/// A drill with a duration: the task that keeps the breaker open, and when it ends.
+struct Drill {
+    ends_at: Instant,
+    task: Option<tokio::task::AbortHandle>,
+}
+
+/// What `/admin/routes` keeps between requests, one per server (an `Extension` of the ops
+/// router). Keyed by route name, and only for configured routes: bounded by the config.
+#[derive(Default)]
+pub struct OpsMemory {
+    ttft: Mutex<HashMap<String, LastTtft>>,
+    drills: Mutex<HashMap<String, Drill>>,
+}
+
+impl OpsMemory {
+    /// Records what this read of `snap` saw (percentiles when its window holds samples, the
+    /// CCDF when there is one) and returns what is known now, fresh or not.
+    fn remember(&self, snap: &RouteSnapshot, ccdf: Vec<[f64; 2]>, now: Instant) -> LastTtft {
+        let mut all = self.ttft.lock();
+        let last = all.entry(snap.name.clone()).or_default();
+        if snap.ttft_samples > 0 {
+            last.percentiles = Some(Seen {
+                value: Percentiles {
+                    p50: snap.ttft_p50_ms,
+                    p95: snap.ttft_p95_ms,
+                    p99: snap.ttft_p99_ms,
+                    samples: snap.ttft_samples,
+                },
+                at: now,
+            });
+        }
+        if !ccdf.is_empty() {
+            last.ccdf = Some(Seen { value: ccdf, at: now });
+        }
+        last.clone()
+    }
+
+    /// How long the drill on `name` keeps its breaker open from `now`, if one runs.
+    fn drill_left(&self, name: &str, now: Instant) -> Option<Duration> {
+        self.drills
+            .lock()
+            .get(name)
+            .map(|d| d.ends_at.saturating_duration_since(now))
+            .filter(|left| !left.is_zero())
+    }
+
+    /// Opens `name`'s breaker for `requested` (one cool-down when `None`), replacing a drill
+    /// running on it. Returns how long it stays open, `None` for an unknown route. The
+    /// breaker is reopened halfway through each cool-down of at least `min_open` (the
+    /// configured first cool-down), so it never turns half-open before the drill ends.
+    fn start_drill(
+        &self,
+        health: &Arc<Health>,
+        name: &str,
+        requested: Option<Duration>,
+        min_open: Duration,
+        now: Instant,
+    ) -> Option<Duration> {
+        if !health.force_open(name, now) {
+            return None;
+        }
+        let one_cooldown = match health.availability(name, now) {
+            Err(Unavailable::BreakerOpen { until }) => until.saturating_duration_since(now),
+            _ => min_open,
+        };
+        let open_for = requested.map_or(one_cooldown, |r| r.max(one_cooldown));
+        let ends_at = now + open_for;
+        let task = (open_for > one_cooldown).then(|| {
+            let health = Arc::clone(health);
+            let route = name.to_string();
+            tokio::spawn(async move {
+                let mut covered = now + min_open;
+                while covered < ends_at {
+                    tokio::time::sleep_until(covered - min_open / 2).await;
+                    let at = Instant::now();
+                    health.force_open(&route, at);
+                    covered = at + min_open;
+                }
+            })
+            .abort_handle()
+        });
+        let previous = self.drills.lock().insert(name.to_string(), Drill { ends_at, task });
+        if let Some(task) = previous.and_then(|d| d.task) {
+            task.abort();
+        }
+        Some(open_for)
     }
 }
 
@@ -108,5 +384,150 @@ fn admin_gate(state: &AppState, headers: &HeaderMap, needed: bool, what: &str) -
             )
                 .into_response(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health() -> (Arc<Health>, String) {
+        let cfg = crate::config::load_str(crate::config::DEFAULT_TOML).expect("default config");
+        let name = cfg.routes[0].name.clone();
+        (Arc::new(Health::new(&cfg, Instant::now())), name)
+    }
+
+    fn open_until(health: &Health, name: &str, now: Instant) -> Option<Instant> {
+        match health.availability(name, now) {
+            Err(Unavailable::BreakerOpen { until }) => Some(until),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn ccdf_reads_the_tail_the_window_can_resolve() {
+        // 1..=100 ms: P(TTFT > q-quantile) = 1 - q.
+        let points = ttft_ccdf(100, |q| Some((q * 100.0).max(1.0)));
+        let tails: Vec<f64> = points.iter().map(|p| p[1]).collect();
+        assert_eq!(tails.first(), Some(&1.0), "starts with the whole window");
+        assert_eq!(tails.last(), Some(&0.01), "ends at one sample in 100: {tails:?}");
+        assert!(!tails.contains(&0.005), "no tail finer than one sample: {tails:?}");
+        assert!(
+            points.windows(2).all(|w| w[0][0] <= w[1][0] && w[0][1] > w[1][1]),
+            "TTFT grows as the tail thins: {points:?}"
+        );
+        let slowest = ttft_ccdf(30, |q| Some(q * 30.0));
+        assert_eq!(
+            slowest.last(),
+            Some(&[30.0, 1.0 / 30.0]),
+            "the slowest sample closes the curve at 1/n"
+        );
+        assert!(ttft_ccdf(10, |_| None).is_empty(), "too few samples: no curve");
+        assert!(ttft_ccdf(0, Some).is_empty(), "no samples: no curve");
+    }
+
+    #[test]
+    fn admission_is_the_integer_number_of_slots() {
+        assert_eq!(admission_slots(256.5), 256);
+        assert_eq!(admission_slots(0.4), 1, "admission always lets one through");
+        assert_eq!(admission_slots(f64::NAN), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ttft_figures_outlive_the_window_marked_stale_with_their_age() {
+        let (health, name) = health();
+        let cfg = crate::config::load_str(crate::config::DEFAULT_TOML).expect("default config");
+        let memory = OpsMemory::default();
+        let t0 = Instant::now();
+        for ms in 1..=40 {
+            health.record_ttft(&name, t0, Duration::from_millis(ms * 10));
+        }
+        let read = |now: Instant| {
+            let snap = health
+                .snapshot(now, &cfg)
+                .into_iter()
+                .find(|s| s.name == name)
+                .expect("the route's snapshot");
+            let ccdf = ttft_ccdf(snap.ttft_samples, |q| {
+                health.ttft_quantile(&name, q, now).map(|d| d.as_secs_f64() * 1e3)
+            });
+            (snap.ttft_samples, memory.remember(&snap, ccdf, now))
+        };
+        let (samples, fresh) = read(t0);
+        assert_eq!(samples, 40);
+        assert_eq!(fresh.ccdf_json(t0)["stale"], false);
+        assert_eq!(fresh.percentiles_json(t0)["age_ms"], 0);
+
+        let later = t0 + Duration::from_secs(125);
+        let (samples, last) = read(later);
+        assert_eq!(samples, 0, "the live window has emptied");
+        let known = last.percentiles_json(later);
+        assert_eq!(known["samples"], 40, "the last figures are kept: {known}");
+        assert!(known["p95_ms"].as_f64().is_some_and(|p| p > 300.0), "{known}");
+        assert_eq!(known["age_ms"], 125_000, "with their age");
+        let ccdf = last.ccdf_json(later);
+        assert_eq!(ccdf["stale"], true, "the curve too: {ccdf}");
+        assert_eq!(ccdf["age_ms"], 125_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drill_without_a_duration_lasts_one_cooldown() {
+        let (health, name) = health();
+        let memory = OpsMemory::default();
+        let now = Instant::now();
+        let cooldown = Duration::from_millis(1000);
+        assert_eq!(memory.start_drill(&health, &name, None, cooldown, now), Some(cooldown));
+        assert_eq!(
+            memory.drill_left(&name, now),
+            Some(cooldown),
+            "it says how long is left"
+        );
+        assert_eq!(memory.start_drill(&health, "nowhere", None, cooldown, now), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drill_with_a_duration_keeps_the_breaker_open_that_long() {
+        let (health, name) = health();
+        let memory = OpsMemory::default();
+        let t0 = Instant::now();
+        let cooldown = Duration::from_millis(1000);
+        let open_for = memory.start_drill(&health, &name, Some(Duration::from_secs(10)), cooldown, t0);
+        assert_eq!(open_for, Some(Duration::from_secs(10)));
+        for step in 1..=99 {
+            tokio::time::advance(Duration::from_millis(100)).await;
+            let now = Instant::now();
+            assert!(
+                open_until(&health, &name, now).is_some(),
+                "still open {step}00 ms into a 10 s drill"
+            );
+            assert_eq!(
+                memory.drill_left(&name, now),
+                Some(Duration::from_millis(10_000 - step * 100)),
+                "time left at {step}00 ms"
+            );
+        }
+        tokio::time::advance(Duration::from_millis(1600)).await;
+        let now = Instant::now();
+        assert_eq!(
+            open_until(&health, &name, now),
+            None,
+            "the breaker cools once the drill ends"
+        );
+        assert_eq!(memory.drill_left(&name, now), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_drill_replaces_the_running_one() {
+        let (health, name) = health();
+        let memory = OpsMemory::default();
+        let cooldown = Duration::from_millis(1000);
+        memory.start_drill(&health, &name, Some(Duration::from_secs(60)), cooldown, Instant::now());
+        memory.start_drill(&health, &name, Some(Duration::from_secs(3)), cooldown, Instant::now());
+        tokio::time::advance(Duration::from_millis(4600)).await;
+        assert_eq!(
+            open_until(&health, &name, Instant::now()),
+            None,
+            "the 60 s drill was stopped by the 3 s one"
+        );
     }
 }

@@ -1,0 +1,116 @@
+//! What the dashboard reads from `/admin/routes` beyond the health snapshot (admission as
+//! integer slots, the TTFT CCDF, stale markers) and the drill's duration (`?ms=`, strict).
+
+mod support;
+
+use serde_json::Value;
+use support::*;
+
+const QUICK: &str = r#"
+[sim.scenarios.quick]
+text = "Hello."
+ttft = { median_ms = 5.0, sigma = 0.5 }
+inter_token_ms = 1.0
+"#;
+
+async fn admin_routes(server: &tailcut::server::Running) -> Value {
+    let resp = client()
+        .get(server.url("/admin/routes"))
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(resp.status(), 200);
+    resp.json().await.expect("admin view is JSON")
+}
+
+#[tokio::test]
+async fn admin_routes_carries_the_ccdf_and_integer_admission() {
+    let server = start(&config_toml(&[("a", "openai", "quick")], QUICK)).await;
+    let before = admin_routes(&server).await;
+    let route = &before["routes"][0];
+    assert_eq!(
+        route["ttft_ccdf"],
+        Value::Null,
+        "no curve before any first token: {route}"
+    );
+    assert_eq!(route["ttft_stale"], false);
+    assert_eq!(route["ttft_last_known"], Value::Null);
+    for _ in 0..25 {
+        let resp = post_chat(&server, &chat_body(false)).await;
+        assert_eq!(resp.status(), 200);
+    }
+    let after = admin_routes(&server).await;
+    let route = &after["routes"][0];
+    let slots = route["admission_slots"]
+        .as_u64()
+        .expect("admission_slots is an integer");
+    let limit = route["admission_limit"].as_f64().expect("admission_limit");
+    assert_eq!(slots, limit.floor() as u64, "slots are the floor of the limit: {route}");
+    let ccdf = &route["ttft_ccdf"];
+    assert_eq!(ccdf["stale"], false, "a curve from this read: {ccdf}");
+    assert_eq!(ccdf["samples"], 25, "{ccdf}");
+    let points = ccdf["points"].as_array().expect("points");
+    assert!(points.len() >= 10, "the tail down to one sample in 25: {ccdf}");
+    let tails: Vec<f64> = points.iter().filter_map(|p| p[1].as_f64()).collect();
+    let times: Vec<f64> = points.iter().filter_map(|p| p[0].as_f64()).collect();
+    assert_eq!(tails.first(), Some(&1.0), "{ccdf}");
+    assert_eq!(
+        tails.last(),
+        Some(&(1.0 / 25.0)),
+        "the slowest sample closes the curve: {ccdf}"
+    );
+    assert!(tails.windows(2).all(|w| w[0] > w[1]), "tail probabilities fall: {ccdf}");
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "TTFT grows along the tail: {ccdf}"
+    );
+    assert_eq!(route["drill_ms_left"], Value::Null, "no drill running");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_drill_takes_a_duration_and_says_how_long_it_lasts() {
+    let token_env = "TAILCUT_TEST_ADMIN_TOKEN_ADMIN_VIEW";
+    std::env::set_var(token_env, "drill-secret");
+    let toml = config_toml(&[("a", "openai", "quick")], QUICK).replacen(
+        "[server]\n",
+        &format!("[server]\nadmin_token_env = \"{token_env}\"\n"),
+        1,
+    );
+    let server = start(&toml).await;
+    let drill = |query: &'static str| {
+        client()
+            .post(server.url(&format!("/admin/routes/a/drill{query}")))
+            .bearer_auth("drill-secret")
+            .send()
+    };
+    for (query, named) in [
+        ("?ms=soon", "ms"),
+        ("?ms=0", "ms"),
+        ("?ms=600001", "ms"),
+        ("?seconds=5", "seconds"),
+    ] {
+        let resp = drill(query).await.expect("drill sent");
+        assert_eq!(resp.status(), 400, "{query} is refused");
+        let body: Value = resp.json().await.expect("a JSON error");
+        let message = body["error"].as_str().unwrap_or_default();
+        assert!(message.contains(named), "{query}: the error names {named}: {body}");
+    }
+    let resp = drill("?ms=60000").await.expect("drill sent");
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.expect("JSON");
+    assert_eq!(body["duration_ms"], 60000, "the answer says how long: {body}");
+    let route = &admin_routes(&server).await["routes"][0];
+    assert_eq!(route["breaker"], "open", "{route}");
+    let left = route["drill_ms_left"].as_u64().expect("the time left is shown");
+    assert!(left > 0 && left <= 60000, "{route}");
+
+    let resp = drill("").await.expect("drill sent");
+    let body: Value = resp.json().await.expect("JSON");
+    let one = body["duration_ms"].as_u64().expect("duration_ms");
+    assert!(
+        (1..=1000).contains(&one),
+        "without ms a drill lasts one cool-down (1 s by default): {body}"
+    );
+    server.shutdown().await;
+}
