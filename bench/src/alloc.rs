@@ -12,6 +12,8 @@ pub struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Bytes allocated and not yet freed.
+static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: every call is forwarded unchanged to the system allocator.
 unsafe impl GlobalAlloc for Counting {
@@ -28,12 +30,14 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         // SAFETY: as above.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count(new_size);
+        LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         // SAFETY: as above.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -42,6 +46,12 @@ unsafe impl GlobalAlloc for Counting {
 fn count(bytes: usize) {
     ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     ALLOCATED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+    LIVE_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+}
+
+/// Heap bytes in use now.
+pub fn live_bytes() -> u64 {
+    LIVE_BYTES.load(Ordering::Relaxed)
 }
 
 /// Allocations (reallocations included) and bytes asked for since the process started.
@@ -61,5 +71,9 @@ mod tests {
         drop(boxed);
         let (after, _) = super::totals();
         assert!(after > before, "a Box::new counts at least one allocation");
+        let live = super::live_bytes();
+        let held = std::hint::black_box(vec![0u8; 1 << 20]);
+        assert!(super::live_bytes() >= live + (1 << 19), "a held MiB is live");
+        drop(held);
     }
 }

@@ -31,9 +31,7 @@ pub async fn serve(listener: TcpListener, upstream: SocketAddr) {
         let client = client.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| relay(client.clone(), upstream, req));
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(tcp), service)
-                .await;
+            let _ = http1::Builder::new().serve_connection(TokioIo::new(tcp), service).await;
         });
     }
 }
@@ -82,33 +80,21 @@ pub fn ws_config(buffer: usize) -> WebSocketConfig {
 mod tests {
     use super::*;
 
-    use std::time::Duration;
-
     use http_body_util::StreamBody;
+
+    use crate::client::{Conn, Target};
     use hyper::body::Frame;
 
     /// An upstream that answers every request with `chunks`, one body frame each, and echoes
     /// the request path in a header.
-    async fn upstream(chunks: Vec<&'static [u8]>) -> SocketAddr {
+    async fn upstream(chunks: Vec<Bytes>) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let chunks = chunks.clone();
                 tokio::spawn(async move {
-                    let service = service_fn(move |req: Request<Incoming>| {
-                        let chunks = chunks.clone();
-                        async move {
-                            let path = req.uri().path().to_string();
-                            let frames = futures::stream::iter(chunks).then(|c| async move {
-                                tokio::time::sleep(Duration::from_millis(1)).await;
-                                Ok::<_, Infallible>(Frame::data(Bytes::from_static(c)))
-                            });
-                            let mut response = Response::new(StreamBody::new(frames));
-                            response.headers_mut().insert("x-path", path.parse().expect("header value"));
-                            Ok::<_, Infallible>(response)
-                        }
-                    });
+                    let service = service_fn(move |req: Request<Incoming>| answer(req, chunks.clone()));
                     let _ = http1::Builder::new().serve_connection(TokioIo::new(tcp), service).await;
                 });
             }
@@ -116,27 +102,40 @@ mod tests {
         addr
     }
 
+    type Frames = StreamBody<futures::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>;
+
+    async fn answer(req: Request<Incoming>, chunks: Vec<Bytes>) -> Result<Response<Frames>, Infallible> {
+        let frames: Vec<Result<Frame<Bytes>, Infallible>> = chunks.into_iter().map(|c| Ok(Frame::data(c))).collect();
+        let mut response = Response::new(StreamBody::new(futures::stream::iter(frames)));
+        let path = req.uri().path().parse().expect("header value");
+        response.headers_mut().insert("x-path", path);
+        Ok(response)
+    }
+
     #[tokio::test]
     async fn relays_every_byte_and_the_path_as_sent() {
-        let chunks: Vec<&'static [u8]> = vec![b"data: one\n\n", b"data: \xc3\xa9\n\n", b"", b"data: [DONE]\n\n"];
+        let chunks: Vec<Bytes> = [&b"data: one\n\n"[..], b"data: \xc3\xa9\n\n", b"", b"data: [DONE]\n\n"]
+            .into_iter()
+            .map(Bytes::from_static)
+            .collect();
         let up = upstream(chunks.clone()).await;
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let proxy = listener.local_addr().expect("addr");
         tokio::spawn(serve(listener, up));
-        let client = reqwest::Client::builder().no_proxy().build().expect("client");
-        let response = client
-            .post(format!("http://{proxy}/s/flat/v1/chat/completions?x=1"))
-            .body("{}")
-            .send()
-            .await
-            .expect("relayed");
-        assert_eq!(response.status(), 200);
+        let mut conn = Conn::open(proxy).await.expect("connected");
+        let target = Target {
+            addr: proxy,
+            path: "/s/flat/v1/chat/completions?x=1".into(),
+            body: Bytes::from_static(b"{}"),
+            tailcut: false,
+        };
+        let (_, response) = conn.send(&target).await.expect("relayed");
         assert_eq!(
             response.headers().get("x-path").and_then(|v| v.to_str().ok()),
             Some("/s/flat/v1/chat/completions"),
             "the path reaches the upstream unchanged"
         );
-        let body = response.bytes().await.expect("body");
+        let body = response.into_body().collect().await.expect("body").to_bytes();
         assert_eq!(body.as_ref(), chunks.concat().as_slice(), "every byte, in order");
     }
 
@@ -148,8 +147,14 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let proxy = listener.local_addr().expect("addr");
         tokio::spawn(serve(listener, up));
-        let client = reqwest::Client::builder().no_proxy().build().expect("client");
-        let response = client.get(format!("http://{proxy}/")).send().await.expect("answered");
-        assert_eq!(response.status(), 502);
+        let mut conn = Conn::open(proxy).await.expect("connected");
+        let target = Target {
+            addr: proxy,
+            path: "/".into(),
+            body: Bytes::new(),
+            tailcut: false,
+        };
+        let refused = conn.send(&target).await.err();
+        assert_eq!(refused.as_deref(), Some("status 502 Bad Gateway"));
     }
 }

@@ -64,11 +64,11 @@ impl Conn {
 
     /// Sends `target`'s request and reads the answer to its end.
     pub async fn chat(&mut self, target: &Target) -> Result<Timeline, String> {
-        let mut response = self.send(target).await?;
-        let start = response.0;
+        let (start, response) = self.send(target).await?;
+        let mut body = response.into_body();
         let mut timeline = Timeline::default();
         let mut parser = SseContent::default();
-        while let Some(frame) = response.1.frame().await {
+        while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| format!("body: {e}"))?;
             let at = start.elapsed();
             if let Some(data) = frame.data_ref() {
@@ -80,8 +80,9 @@ impl Conn {
         Ok(timeline)
     }
 
-    /// Sends `target`'s request; the answer's body is left to the caller (held streams).
-    pub async fn send(&mut self, target: &Target) -> Result<(Instant, hyper::body::Incoming), String> {
+    /// Sends `target`'s request; the answer is left to the caller (held streams). A status
+    /// other than 2xx is an error.
+    pub async fn send(&mut self, target: &Target) -> Result<(Instant, hyper::Response<hyper::body::Incoming>), String> {
         let mut builder = Request::post(target.path.as_str())
             .header("host", self.host.as_str())
             .header("content-type", "application/json");
@@ -101,7 +102,7 @@ impl Conn {
         if !response.status().is_success() {
             return Err(format!("status {}", response.status()));
         }
-        Ok((start, response.into_body()))
+        Ok((start, response))
     }
 }
 

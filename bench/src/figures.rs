@@ -86,8 +86,12 @@ mod tests {
     fn a_written_report_parses_back() {
         let dir = std::env::temp_dir().join(format!("tailcut-bench-test-{}", std::process::id()));
         let spread = Spread::of(vec![1.0, 2.0, 3.0]).expect("samples");
-        write_json(&dir, "t.json", &serde_json::json!({ "gap_us": spread, "machine": Machine::now() }))
-            .expect("written");
+        write_json(
+            &dir,
+            "t.json",
+            &serde_json::json!({ "gap_us": spread, "machine": Machine::now() }),
+        )
+        .expect("written");
         let text = std::fs::read_to_string(dir.join("t.json")).expect("readable");
         let back: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
         let parsed: Spread = serde_json::from_value(back["gap_us"].clone()).expect("a Spread");

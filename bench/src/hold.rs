@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::bare::ws_config;
 use crate::client::Conn;
 use crate::figures::{progress, write_json, Machine};
-use crate::process::open_files_limit;
+use crate::process::{open_files_limit, Stat};
 use crate::rig::{scenario, Mode, Rig};
 use crate::server::Kind;
 
@@ -38,8 +38,11 @@ pub struct HoldArgs {
 pub struct ServerMemory {
     pub idle_rss_kib: u64,
     pub held_stream_kib: f64,
+    /// Of it, heap in use (the counting allocator's live bytes).
+    pub held_stream_heap_kib: f64,
     pub held_opened: usize,
     pub idle_websocket_kib: f64,
+    pub idle_websocket_heap_kib: f64,
     pub websockets_opened: usize,
     /// RSS before the churn, after it, and after over before.
     pub churn_before_kib: u64,
@@ -64,7 +67,10 @@ pub async fn hold(args: HoldArgs) -> Result<(), String> {
     }
     if let Some(limit) = open_files_limit() {
         if args.streams * 2 + 512 > limit {
-            return Err(format!("open-file limit {limit} is too low for {} streams: raise it (ulimit -n)", args.streams));
+            return Err(format!(
+                "open-file limit {limit} is too low for {} streams: raise it (ulimit -n)",
+                args.streams
+            ));
         }
     }
     let held = scenario(serde_json::json!({ "ttft": { "median_ms": 600000.0 }, "tokens": 4 }))?;
@@ -73,7 +79,10 @@ pub async fn hold(args: HoldArgs) -> Result<(), String> {
     let mut rig = Rig::start(&args.out, scenarios).await?;
     let mut servers = BTreeMap::new();
     let mut result = Ok(());
-    for (kind, mode, name) in [(Kind::Bare, Mode::Bare, "bare"), (Kind::Tailcut, Mode::Tailcut, "tailcut")] {
+    for (kind, mode, name) in [
+        (Kind::Bare, Mode::Bare, "bare"),
+        (Kind::Tailcut, Mode::Tailcut, "tailcut"),
+    ] {
         match measure(&args, &mut rig, kind, mode).await {
             Ok(m) => {
                 servers.insert(name, m);
@@ -96,9 +105,9 @@ pub async fn hold(args: HoldArgs) -> Result<(), String> {
     write_json(&args.out, "hold.json", &report)
 }
 
-async fn settled(rig: &mut Rig, kind: Kind) -> Result<u64, String> {
+async fn settled(rig: &mut Rig, kind: Kind) -> Result<Stat, String> {
     tokio::time::sleep(SETTLE).await;
-    Ok(rig.server(kind).stat(true).await?.rss_kib)
+    rig.server(kind).stat(true).await
 }
 
 async fn measure(args: &HoldArgs, rig: &mut Rig, kind: Kind, mode: Mode) -> Result<ServerMemory, String> {
@@ -108,7 +117,7 @@ async fn measure(args: &HoldArgs, rig: &mut Rig, kind: Kind, mode: Mode) -> Resu
         warm.chat(&flat).await?;
     }
     drop(warm);
-    let idle_rss_kib = settled(rig, kind).await?;
+    let idle_rss_kib = settled(rig, kind).await?.rss_kib;
 
     // Held streams: sent, and waiting for a first token that does not come.
     let held = rig.target(mode, "held");
@@ -153,7 +162,9 @@ async fn measure(args: &HoldArgs, rig: &mut Rig, kind: Kind, mode: Mode) -> Resu
     let mut sockets = Vec::with_capacity(args.streams);
     let bar = progress(args.streams as u64, &format!("WebSockets, {}", mode.name()));
     for _ in 0..args.streams {
-        if let Ok((ws, _)) = tokio_tungstenite::connect_async_with_config(url.as_str(), Some(ws_config(8192)), true).await {
+        if let Ok((ws, _)) =
+            tokio_tungstenite::connect_async_with_config(url.as_str(), Some(ws_config(8192)), true).await
+        {
             sockets.push(ws);
         }
         bar.inc(1);
@@ -164,7 +175,7 @@ async fn measure(args: &HoldArgs, rig: &mut Rig, kind: Kind, mode: Mode) -> Resu
     drop(sockets);
 
     // Churn: many short streams over keep-alive connections, then every connection closed.
-    let churn_before_kib = settled(rig, kind).await?;
+    let churn_before_kib = settled(rig, kind).await?.rss_kib;
     let per_conn = args.churn.div_ceil(args.churn_concurrency);
     let bar = progress(args.churn as u64, &format!("churn, {}", mode.name()));
     let mut tasks = JoinSet::new();
@@ -184,14 +195,17 @@ async fn measure(args: &HoldArgs, rig: &mut Rig, kind: Kind, mode: Mode) -> Resu
         done.map_err(|e| e.to_string())??;
     }
     bar.finish_and_clear();
-    let churn_after_kib = settled(rig, kind).await?;
+    let churn_after_kib = settled(rig, kind).await?.rss_kib;
 
     let per = |after: u64, before: u64, n: usize| (after as f64 - before as f64) / n.max(1) as f64;
+    let heap = |after: &Stat, before: &Stat, n: usize| per(after.live_heap_bytes, before.live_heap_bytes, n) / 1024.0;
     Ok(ServerMemory {
         idle_rss_kib,
-        held_stream_kib: per(with_held, before, held_opened),
+        held_stream_kib: per(with_held.rss_kib, before.rss_kib, held_opened),
+        held_stream_heap_kib: heap(&with_held, &before, held_opened),
         held_opened,
-        idle_websocket_kib: per(with_ws, before_ws, websockets_opened),
+        idle_websocket_kib: per(with_ws.rss_kib, before_ws.rss_kib, websockets_opened),
+        idle_websocket_heap_kib: heap(&with_ws, &before_ws, websockets_opened),
         websockets_opened,
         churn_before_kib,
         churn_after_kib,
@@ -213,13 +227,20 @@ fn print_table(r: &HoldReport) {
         r.streams, r.streams, r.churn, r.machine.cores
     );
     println!(
-        "{:<10}{:>12}{:>14}{:>14}{:>16}{:>16}{:>10}",
-        "server", "idle KiB", "KiB/held", "KiB/idle ws", "before churn", "after churn", "ratio"
+        "{:<10}{:>10}{:>10}{:>11}{:>13}{:>11}{:>14}{:>13}{:>8}",
+        "server", "idle KiB", "KiB/held", "heap/held", "KiB/idle ws", "heap/ws", "before churn", "after churn", "ratio"
     );
     for (name, m) in &r.servers {
         println!(
-            "{name:<10}{:>12}{:>14.1}{:>14.1}{:>16}{:>16}{:>10.3}",
-            m.idle_rss_kib, m.held_stream_kib, m.idle_websocket_kib, m.churn_before_kib, m.churn_after_kib, m.churn_ratio
+            "{name:<10}{:>10}{:>10.1}{:>11.1}{:>13.1}{:>11.1}{:>14}{:>13}{:>8.3}",
+            m.idle_rss_kib,
+            m.held_stream_kib,
+            m.held_stream_heap_kib,
+            m.idle_websocket_kib,
+            m.idle_websocket_heap_kib,
+            m.churn_before_kib,
+            m.churn_after_kib,
+            m.churn_ratio
         );
         if m.held_opened < r.streams || m.websockets_opened < r.streams {
             println!(

@@ -43,6 +43,8 @@ pub struct OverheadReport {
     pub ratio_p99: f64,
     /// Server CPU time per request, µs, and allocations per request.
     pub cpu_us_per_request: BTreeMap<&'static str, f64>,
+    /// Of it, kernel time (syscalls, loopback TCP, wakeups).
+    pub sys_us_per_request: BTreeMap<&'static str, f64>,
     pub allocations_per_request: BTreeMap<&'static str, f64>,
 }
 
@@ -90,22 +92,19 @@ async fn measure(args: &OverheadArgs, rig: &mut Rig) -> Result<OverheadReport, S
     }
     bar.finish_and_clear();
     let mut cpu = BTreeMap::new();
+    let mut sys = BTreeMap::new();
     let mut allocs = BTreeMap::new();
     for (kind, before) in [Kind::Bare, Kind::Tailcut].into_iter().zip(before) {
         let d = before.until(&rig.server(kind).stat(false).await?);
         let name = if kind == Kind::Bare { "bare" } else { "tailcut" };
         cpu.insert(name, d.cpu_us as f64 / args.requests as f64);
+        sys.insert(name, d.sys_us as f64 / args.requests as f64);
         allocs.insert(name, d.allocations as f64 / args.requests as f64);
     }
     let errors: [usize; 3] = std::array::from_fn(|i| rounds.iter().filter(|r| r[i].is_none()).count());
     let ttft: [Vec<f64>; 3] = std::array::from_fn(|i| rounds.iter().filter_map(|r| r[i]).collect());
     // Rounds where both the straight and the proxied request answered.
-    let paired = |via: usize| -> Vec<f64> {
-        rounds
-            .iter()
-            .filter_map(|r| Some(r[via]? - r[0]?))
-            .collect()
-    };
+    let paired = |via: usize| -> Vec<f64> { rounds.iter().filter_map(|r| Some(r[via]? - r[0]?)).collect() };
     let spread = |s: Vec<f64>| Spread::of(s).ok_or("no request succeeded");
     let added_bare = spread(paired(1))?;
     let added_tailcut = spread(paired(2))?;
@@ -123,6 +122,7 @@ async fn measure(args: &OverheadArgs, rig: &mut Rig) -> Result<OverheadReport, S
         ratio_p99: added_tailcut.p99 / added_bare.p99,
         added_us: BTreeMap::from([("bare", added_bare), ("tailcut", added_tailcut)]),
         cpu_us_per_request: cpu,
+        sys_us_per_request: sys,
         allocations_per_request: allocs,
     })
 }
@@ -134,7 +134,10 @@ fn print_table(r: &OverheadReport) {
         "\noverhead: {} rounds at concurrency 1 (each: straight, bare proxy, tailcut, order rotating); machine of {} cores shared with other work",
         r.requests, r.machine.cores
     );
-    println!("{:<34}{:>10}{:>10}{:>10}{:>8}", "TTFT (µs)", "p50", "p90", "p99", "errors");
+    println!(
+        "{:<34}{:>10}{:>10}{:>10}{:>8}",
+        "TTFT (µs)", "p50", "p90", "p99", "errors"
+    );
     for (name, s) in &r.ttft_us {
         println!(
             "{name:<34}{:>10.0}{:>10.0}{:>10.0}{:>8}",
@@ -145,11 +148,23 @@ fn print_table(r: &OverheadReport) {
         );
     }
     for (name, s) in &r.added_us {
-        println!("{:<34}{:>+10.0}{:>+10.0}{:>+10.0}", format!("added by {name} (paired)"), s.p50, s.p90, s.p99);
+        println!(
+            "{:<34}{:>+10.0}{:>+10.0}{:>+10.0}",
+            format!("added by {name} (paired)"),
+            s.p50,
+            s.p90,
+            s.p99
+        );
     }
-    println!("tailcut / bare added TTFT: p50 {:.2}x, p99 {:.2}x", r.ratio_p50, r.ratio_p99);
+    println!(
+        "tailcut / bare added TTFT: p50 {:.2}x, p99 {:.2}x",
+        r.ratio_p50, r.ratio_p99
+    );
     for (name, cpu) in &r.cpu_us_per_request {
         let allocs = r.allocations_per_request.get(name).copied().unwrap_or(0.0);
-        println!("{name:<10} server CPU {cpu:>8.1} µs/request, {allocs:>8.1} allocations/request");
+        let sys = r.sys_us_per_request.get(name).copied().unwrap_or(0.0);
+        println!(
+            "{name:<10} server CPU {cpu:>8.1} µs/request ({sys:.1} in the kernel), {allocs:>8.1} allocations/request"
+        );
     }
 }

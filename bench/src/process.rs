@@ -9,8 +9,14 @@ pub struct Stat {
     pub rss_kib: u64,
     /// User + system CPU time of the whole process, in µs.
     pub cpu_us: u64,
+    /// Of it, the time spent in the kernel (syscalls, the loopback network stack), in µs.
+    #[serde(default)]
+    pub sys_us: u64,
     pub allocations: u64,
     pub allocated_bytes: u64,
+    /// Heap bytes in use (allocated and not freed).
+    #[serde(default)]
+    pub live_heap_bytes: u64,
 }
 
 impl Stat {
@@ -19,8 +25,10 @@ impl Stat {
         Stat {
             rss_kib: later.rss_kib,
             cpu_us: later.cpu_us.saturating_sub(self.cpu_us),
+            sys_us: later.sys_us.saturating_sub(self.sys_us),
             allocations: later.allocations.saturating_sub(self.allocations),
             allocated_bytes: later.allocated_bytes.saturating_sub(self.allocated_bytes),
+            live_heap_bytes: later.live_heap_bytes,
         }
     }
 }
@@ -35,8 +43,10 @@ pub fn read(trim: bool) -> Result<Stat, String> {
     Ok(Stat {
         rss_kib: rss_kib()?,
         cpu_us: cpu_us(),
+        sys_us: sys_us(),
         allocations,
         allocated_bytes,
+        live_heap_bytes: crate::alloc::live_bytes(),
     })
 }
 
@@ -58,6 +68,16 @@ fn cpu_us() -> u64 {
         return 0;
     }
     (ts.tv_sec as u64) * 1_000_000 + (ts.tv_nsec as u64) / 1_000
+}
+
+fn sys_us() -> u64 {
+    // SAFETY: rusage is plain data; getrusage fills it and reads nothing else.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    (usage.ru_stime.tv_sec as u64) * 1_000_000 + usage.ru_stime.tv_usec as u64
 }
 
 /// Hands freed heap pages back to the OS, so RSS tracks live memory.

@@ -77,7 +77,10 @@ pub async fn serve(args: ServerArgs) -> Result<(), String> {
             Ok(stat) => serde_json::to_string(&stat).map_err(|e| e.to_string())?,
             Err(e) => serde_json::json!({ "error": e }).to_string(),
         };
-        stdout.write_all(say(reply).as_bytes()).await.map_err(|e| e.to_string())?;
+        stdout
+            .write_all(say(reply).as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
         stdout.flush().await.map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -98,7 +101,20 @@ impl Server {
     /// Starts `kind` as a child process of this binary.
     pub async fn start(kind: Kind, config: Option<&std::path::Path>, upstream: SocketAddr) -> Result<Server, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
-        let mut command = Command::new(exe);
+        // TAILCUT_BENCH_WRAP runs the tailcut server under a tool, e.g.
+        // "valgrind --tool=callgrind --callgrind-out-file=tailcut.callgrind".
+        let wrap = std::env::var("TAILCUT_BENCH_WRAP")
+            .ok()
+            .filter(|_| kind == Kind::Tailcut);
+        let mut words = wrap.as_deref().unwrap_or("").split_whitespace();
+        let mut command = match words.next() {
+            Some(tool) => {
+                let mut c = Command::new(tool);
+                c.args(words).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         command.arg("server");
         match kind {
             Kind::Tailcut => {
@@ -110,7 +126,10 @@ impl Server {
             }
         }
         let mut child = command
-            .env("TAILCUT_LOG", std::env::var("TAILCUT_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "TAILCUT_LOG",
+                std::env::var("TAILCUT_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -68,6 +68,8 @@ pub struct ServerCost {
     pub active_kib_per_stream: f64,
     /// Includes each request's own work, spread over its chunks.
     pub cpu_us_per_event: f64,
+    /// Of it, kernel time.
+    pub sys_us_per_event: f64,
     pub allocations_per_event: f64,
 }
 
@@ -89,7 +91,10 @@ pub async fn streams(args: StreamsArgs) -> Result<(), String> {
     if let Some(limit) = open_files_limit() {
         // Straight: client and upstream ends; proxied: also both ends in the server.
         if args.streams * 2 + 256 > limit {
-            return Err(format!("open-file limit {limit} is too low for {} streams: raise it (ulimit -n)", args.streams));
+            return Err(format!(
+                "open-file limit {limit} is too low for {} streams: raise it (ulimit -n)",
+                args.streams
+            ));
         }
     }
     let text: Vec<String> = (0..args.chunks).map(|i| format!("w{i}")).collect();
@@ -195,6 +200,7 @@ async fn way(args: &StreamsArgs, rig: &mut Rig, mode: Mode) -> Result<Way, Strin
                     (s.rss_kib as f64 - b.rss_kib as f64) / args.streams as f64
                 }),
                 cpu_us_per_event: d.cpu_us as f64 / events.max(1) as f64,
+                sys_us_per_event: d.sys_us as f64 / events.max(1) as f64,
                 allocations_per_event: d.allocations as f64 / events.max(1) as f64,
             })
         }
@@ -220,7 +226,11 @@ pub fn check(t: &Timeline, n: usize) -> Fidelity {
     let mut highest: Option<usize> = None;
     let text: String = t.deltas.iter().map(|d| d.1.as_str()).collect();
     for word in text.split_whitespace() {
-        let Some(i) = word.strip_prefix('w').and_then(|w| w.parse::<usize>().ok()).filter(|i| *i < n) else {
+        let Some(i) = word
+            .strip_prefix('w')
+            .and_then(|w| w.parse::<usize>().ok())
+            .filter(|i| *i < n)
+        else {
             // Not one of ours: count it as a doubled (extra) chunk.
             f.doubled += 1;
             continue;
@@ -244,7 +254,17 @@ fn print_table(r: &StreamsReport) {
     );
     println!(
         "{:<10}{:>10}{:>10}{:>10}{:>12}{:>8}{:>16}{:>12}{:>10}{:>10}{:>12}",
-        "way", "gap p50", "gap p99", "gap max", "+p99 (µs)", "stalls", "lost/dbl/reord", "events/s", "KiB/strm", "µs/event", "allocs/evt"
+        "way",
+        "gap p50",
+        "gap p99",
+        "gap max",
+        "+p99 (µs)",
+        "stalls",
+        "lost/dbl/reord",
+        "events/s",
+        "KiB/strm",
+        "µs/event",
+        "allocs/evt"
     );
     for w in &r.ways {
         let g = w.gap_us;
@@ -290,7 +310,15 @@ mod tests {
     #[test]
     fn lost_doubled_and_reordered_chunks_are_counted() {
         let f = check(&timeline(&["w0", " w2", " w1", " w2", " w4"]), 5);
-        assert_eq!(f, Fidelity { lost: 1, doubled: 1, reordered: 1 }, "w3 lost, w2 doubled, w1 late");
+        assert_eq!(
+            f,
+            Fidelity {
+                lost: 1,
+                doubled: 1,
+                reordered: 1
+            },
+            "w3 lost, w2 doubled, w1 late"
+        );
         let f = check(&timeline(&["w0", " junk"]), 2);
         assert_eq!((f.lost, f.doubled), (1, 1), "a foreign word is an extra chunk");
     }
