@@ -2,7 +2,7 @@
 //! simulated routes (`spiky` by default: lognormal TTFT median 550 ms, sigma 0.65, plus 2% stalls
 //! of 3-12 s). Prints TTFT percentiles for both, the extra upstream requests, and the loser
 //! cancel latency measured by the simulated upstream (winner's first token -> loser's close);
-//! writes the figures as JSON and the two TTFT CDFs as an SVG.
+//! writes the figures as JSON and the two TTFT CCDFs (log y axis) as an SVG.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -101,8 +101,8 @@ pub async fn hedge(args: HedgeArgs) -> Result<(), String> {
     let json_path = args.out.join(format!("hedge-{}.json", args.scenario));
     let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
     std::fs::write(&json_path, text).map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
-    let svg_path = args.out.join(format!("hedge-{}-ttft-cdf.svg", args.scenario));
-    crate::plot::ttft_cdf(&svg_path, &args.scenario, &off.ttft_sorted, &on.ttft_sorted)?;
+    let svg_path = args.out.join(format!("hedge-{}-ttft-ccdf.svg", args.scenario));
+    crate::plot::ttft_ccdf(&svg_path, &args.scenario, &off.ttft_sorted, &on.ttft_sorted)?;
     println!("wrote {} and {}", json_path.display(), svg_path.display());
     Ok(())
 }

@@ -1,10 +1,14 @@
-//! Rolling latency window per route (time to first content token, inter-token gaps): a
-//! rotating pair of HDR histograms, so percentiles follow the last one to two half-windows.
+//! Rolling latency window per route (time to first content token, inter-token gaps): HDR
+//! histograms over the last one to two half-windows, with the percentiles planning reads
+//! cached between samples.
 //!
-//! Like tower's hedge histogram, two histograms rotate: samples go into `current`; every half
-//! window `current` becomes `previous` and a fresh one starts. Percentiles read both, so the
-//! answer always covers between one half-window and a full window of history, and a route
-//! that recovers stops being judged by its bad minutes within one window.
+//! Like tower's hedge histogram, the window rotates every half window, so the answer always
+//! covers between one half-window and a full window of history, and a route that recovers
+//! stops being judged by its bad minutes within one window. Two histograms are kept:
+//! `current` (this half) and `window` (the previous half plus this one). A sample goes into
+//! both; a rotation makes `current` the new `window` (a swap, no copy) and starts an empty
+//! `current`. So a read never merges or copies a histogram: it asks `window` directly, and the
+//! answer is cached per quantile until the next sample or rotation.
 
 use std::time::Duration;
 
@@ -14,48 +18,66 @@ use tokio::time::Instant;
 /// Highest latency tracked; slower samples are clamped to it.
 const MAX_TRACKED_US: u64 = 600_000_000;
 
+/// Distinct quantiles cached at once (planning reads p50 and p95, hedging its percentile,
+/// stall limits p99 of the gaps).
+const CACHED: usize = 4;
+
 #[derive(Debug, Clone)]
 pub struct LatencyWindow {
+    /// Samples of this half window.
     current: Histogram<u64>,
-    previous: Histogram<u64>,
+    /// Samples of the previous half window and this one.
+    window: Histogram<u64>,
     half: Duration,
     rotated_at: Instant,
+    /// Quantiles read since the last change: (q's bits, value in µs).
+    cache: Vec<(u64, u64)>,
 }
 
 impl LatencyWindow {
     pub fn new(window: Duration, now: Instant) -> Self {
         LatencyWindow {
             current: new_histogram(),
-            previous: new_histogram(),
+            window: new_histogram(),
             half: (window / 2).max(Duration::from_millis(1)),
             rotated_at: now,
+            cache: Vec::with_capacity(CACHED),
         }
     }
 
     pub fn record(&mut self, now: Instant, latency: Duration) {
         self.rotate(now);
         let us = (latency.as_micros() as u64).clamp(1, MAX_TRACKED_US);
-        // Cannot fail: the value is clamped into the histogram's range.
+        // Cannot fail: the value is clamped into the histograms' range.
         let _ = self.current.record(us);
+        let _ = self.window.record(us);
+        self.cache.clear();
     }
 
     /// Samples in the window.
     pub fn samples(&mut self, now: Instant) -> u64 {
         self.rotate(now);
-        self.current.len() + self.previous.len()
+        self.window.len()
     }
 
     /// The `q` quantile (0..1) over the window, or `None` with fewer than `min_samples`.
     pub fn quantile(&mut self, now: Instant, q: f64, min_samples: u64) -> Option<Duration> {
         self.rotate(now);
-        let n = self.current.len() + self.previous.len();
+        let n = self.window.len();
         if n == 0 || n < min_samples {
             return None;
         }
-        let mut merged = self.previous.clone();
-        // Cannot fail: both histograms share the same bounds.
-        let _ = merged.add(&self.current);
-        Some(Duration::from_micros(merged.value_at_quantile(q.clamp(0.0, 1.0))))
+        let q = q.clamp(0.0, 1.0);
+        let key = q.to_bits();
+        if let Some(&(_, us)) = self.cache.iter().find(|(k, _)| *k == key) {
+            return Some(Duration::from_micros(us));
+        }
+        let us = self.window.value_at_quantile(q);
+        if self.cache.len() == CACHED {
+            self.cache.remove(0);
+        }
+        self.cache.push((key, us));
+        Some(Duration::from_micros(us))
     }
 
     fn rotate(&mut self, now: Instant) {
@@ -65,17 +87,19 @@ impl LatencyWindow {
         }
         if elapsed >= self.half * 2 {
             // Idle for a whole window: everything is stale.
-            self.previous.reset();
+            self.window.reset();
         } else {
-            std::mem::swap(&mut self.previous, &mut self.current);
+            // The half that just ended is the new window's previous half.
+            std::mem::swap(&mut self.window, &mut self.current);
         }
         self.current.reset();
         self.rotated_at = now;
+        self.cache.clear();
     }
 }
 
 fn new_histogram() -> Histogram<u64> {
-    // 3 significant digits over 1 us .. 10 min: ~1 ms resolution at 1 s, a few tens of KiB.
+    // 3 significant digits over 1 us .. 10 min: ~1 ms resolution at 1 s.
     match Histogram::new_with_bounds(1, MAX_TRACKED_US, 3) {
         Ok(h) => h,
         // Unreachable with these constant bounds; an auto-resizing histogram is the fallback.
@@ -134,6 +158,56 @@ mod tests {
             w.samples(t2 + Duration::from_secs(30)),
             0,
             "idle for a window forgets all"
+        );
+    }
+
+    #[test]
+    fn a_cached_quantile_follows_new_samples() {
+        let now = Instant::now();
+        let mut w = LatencyWindow::new(Duration::from_secs(60), now);
+        for _ in 0..10 {
+            w.record(now, Duration::from_millis(10));
+        }
+        let p50 = w.quantile(now, 0.5, 1).expect("samples");
+        assert_eq!(
+            w.quantile(now, 0.5, 1),
+            Some(p50),
+            "a second read gives the same answer"
+        );
+        for _ in 0..20 {
+            w.record(now, Duration::from_millis(500));
+        }
+        let moved = w.quantile(now, 0.5, 1).expect("samples");
+        assert!(
+            moved > Duration::from_millis(400),
+            "the read after new samples sees them: {moved:?}"
+        );
+        assert!(
+            w.quantile(now, 0.1, 1).expect("samples") < Duration::from_millis(20),
+            "each quantile its own"
+        );
+    }
+
+    #[test]
+    fn a_rotation_forgets_the_cached_answer() {
+        let t0 = Instant::now();
+        let mut w = LatencyWindow::new(Duration::from_secs(10), t0);
+        for _ in 0..10 {
+            w.record(t0, Duration::from_secs(5));
+        }
+        let t1 = t0 + Duration::from_secs(6);
+        for _ in 0..10 {
+            w.record(t1, Duration::from_millis(100));
+        }
+        assert_eq!(w.samples(t1), 20, "one rotation: both halves");
+        let slow = w.quantile(t1, 0.9, 1).expect("samples");
+        assert!(slow > Duration::from_secs(4), "the slow half still counts: {slow:?}");
+        // No sample between the two reads: only the rotation can refresh the answer.
+        let t2 = t1 + Duration::from_secs(6);
+        let fast = w.quantile(t2, 0.9, 1).expect("the newer half remains");
+        assert!(
+            fast < Duration::from_millis(200),
+            "the slow half aged out of the cached answer: {fast:?}"
         );
     }
 }

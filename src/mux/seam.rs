@@ -119,6 +119,15 @@ impl Seam {
     }
 
     /// Feeds one piece of new text.
+    /// [`Seam::feed`] for text the caller owns: passed through without a copy when the seam
+    /// only passes (every event of a first attempt).
+    pub fn feed_owned(&mut self, text: String) -> (SeamOut, Option<SeamVerdict>) {
+        match self {
+            Seam::Pass => (SeamOut::Emit(text), None),
+            _ => self.feed(&text),
+        }
+    }
+
     pub fn feed(&mut self, text: &str) -> (SeamOut, Option<SeamVerdict>) {
         match self {
             Seam::Pass => (SeamOut::Emit(text.to_string()), None),
@@ -235,6 +244,23 @@ mod tests {
         assert_eq!(seam.feed(" wor").0, SeamOut::Hold);
         assert!(seam.is_pass(), "all of the sent text was matched");
         assert_eq!(seam.feed("ld").0, SeamOut::Emit("ld".into()));
+    }
+
+    #[test]
+    fn owned_text_is_judged_like_borrowed_text() {
+        let mut pass = Seam::Pass;
+        assert_eq!(
+            pass.feed_owned("Hi".into()).0,
+            SeamOut::Emit("Hi".into()),
+            "passed as is"
+        );
+        let mut seam = Seam::swallow("Hello wor");
+        assert_eq!(
+            seam.feed_owned("Hello".into()).0,
+            SeamOut::Hold,
+            "a swallow still swallows"
+        );
+        assert_eq!(seam.feed_owned(" world".into()).0, SeamOut::Emit("ld".into()));
     }
 
     #[test]

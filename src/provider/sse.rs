@@ -214,6 +214,9 @@ impl SseDecoder {
                         limit: self.limits.max_event_bytes,
                     });
                 }
+                // The first line sizes the buffer for itself and its LF: one allocation for
+                // a one-line event (every upstream's usual), not a second to grow it.
+                self.data.reserve(value.len() + 1);
                 self.data.push_str(value);
                 self.data.push('\n');
                 self.has_data = true;

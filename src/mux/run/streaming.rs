@@ -90,7 +90,7 @@ impl Run {
                     self.mux.health.record_token_gap(&s.cur.route, now, gap);
                 }
                 s.last_token = now;
-                let (joined, verdict) = s.seam.feed(&text);
+                let (joined, verdict) = s.seam.feed_owned(text);
                 self.seam_verdict(verdict);
                 match self.joined(joined, &s.cur, out) {
                     Joined::StartOver => return State::Recovering(Recovering::StartOver(s.cur)),
