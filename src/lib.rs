@@ -54,5 +54,6 @@ pub mod router;
 pub mod server;
 pub mod sim;
 pub mod telemetry;
+pub mod telemetry_rotation;
 pub mod transport;
 pub mod types;

@@ -16,6 +16,7 @@ use std::time::Duration;
 pub use crate::types::MidStreamPolicy;
 pub use auth::{is_loopback, valid_key_name, AuthConfig, KeyConfig};
 pub use breaker::{BreakerConfig, ProbeMode};
+pub use routing::{Family, Rotation};
 pub use sections::normalize_origin;
 pub use validate::{load_file, load_str, ConfigError, ConfigProblem};
 
@@ -237,7 +238,13 @@ pub enum TokenizerChoice {
 
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
+    /// Every route of the model, in config order (the families' routes, family by family).
     pub routes: Vec<String>,
+    /// The model's families in order (`routing::Family`); inferred from the routes' upstream
+    /// model ids for the flat `routes = [...]` form.
+    pub families: Vec<Family>,
+    /// How the plan orders the families' routes.
+    pub rotation: Rotation,
     pub hedge: bool,
     /// The task type assumed when neither the request nor its tenant names one.
     pub task: String,

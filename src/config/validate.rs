@@ -182,18 +182,8 @@ impl Validator {
         for (name, v) in table {
             let path = format!("models.{name}");
             let raw: RawModel = self.section(&path, Some(v));
-            let list = raw.routes.unwrap_or_default();
-            if list.is_empty() {
-                self.problem(format!("{path}.routes"), "must list at least one route");
-            }
-            for (i, r) in list.iter().enumerate() {
-                if !routes.iter().any(|route| &route.name == r) {
-                    self.problem(format!("{path}.routes[{i}]"), format!("no route named {r:?}"));
-                }
-                if list[..i].contains(r) {
-                    self.problem(format!("{path}.routes[{i}]"), format!("{r:?} is listed twice"));
-                }
-            }
+            // `families = [...]` or the flat `routes = [...]` (routing.rs).
+            let (list, families, rotation) = self.families(&path, raw.routes, raw.families, raw.rotation, routes);
             let task = self
                 .task(&format!("{path}.task"), raw.task)
                 .unwrap_or_else(|| "chat".to_string());
@@ -202,6 +192,8 @@ impl Validator {
                 name.clone(),
                 ModelConfig {
                     routes: list,
+                    families,
+                    rotation,
                     hedge: raw.hedge.unwrap_or(true),
                     task,
                     quality_floor,

@@ -1,0 +1,55 @@
+//! Model families: which family a route serves for a model, which layer a route change
+//! moved (`provider_switch` within a family, `model_switch` across families), and the
+//! `provider-only-before-model-change` order of a plan's candidates.
+
+use crate::config::{Config, Rotation};
+use crate::types::{RouteStatus, SwitchLayer};
+
+/// The name of the family `route` serves in `model`, if the route is behind the model.
+pub fn family_of<'a>(config: &'a Config, model: &str, route: &str) -> Option<&'a str> {
+    config
+        .models
+        .get(model)?
+        .families
+        .iter()
+        .find(|f| f.routes.iter().any(|r| r == route))
+        .map(|f| f.name.as_str())
+}
+
+/// Position of `route`'s family in `model`'s family order (`usize::MAX` when unknown).
+pub fn family_index(config: &Config, model: &str, route: &str) -> usize {
+    config
+        .models
+        .get(model)
+        .and_then(|m| m.families.iter().position(|f| f.routes.iter().any(|r| r == route)))
+        .unwrap_or(usize::MAX)
+}
+
+/// Which layer moved when `model`'s request went from `from` to `to`: `None` for the same
+/// route (a retry or a repair is no route change), `ProviderSwitch` within a family,
+/// `ModelSwitch` across families (or when either route's family is unknown).
+pub fn layer(config: &Config, model: &str, from: &str, to: &str) -> Option<SwitchLayer> {
+    if from == to {
+        return None;
+    }
+    match (family_of(config, model, from), family_of(config, model, to)) {
+        (Some(a), Some(b)) if a == b => Some(SwitchLayer::ProviderSwitch),
+        _ => Some(SwitchLayer::ModelSwitch),
+    }
+}
+
+/// Reorders candidates already ranked by (availability, rung, lease, score) under the
+/// model's rotation: with `provider-only-before-model-change`, a stable sort by
+/// (availability, family position), so every available route of the first family comes
+/// before any route of the next, each family keeping its ranked order. Routes that cannot
+/// take traffic now still go last (the mux passes over them and may come back to them).
+pub fn order<T>(config: &Config, model: &str, ranked: &mut [T], key: impl Fn(&T) -> (&str, RouteStatus)) {
+    let rotation = config.models.get(model).map(|m| m.rotation).unwrap_or_default();
+    if rotation == Rotation::Ladder {
+        return;
+    }
+    ranked.sort_by_key(|item| {
+        let (route, status) = key(item);
+        (status != RouteStatus::Available, family_index(config, model, route))
+    });
+}
