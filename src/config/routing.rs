@@ -22,7 +22,6 @@ fn valid_task(name: &str) -> bool {
 
 /// `[models.NAME] families = [{ name = "gpt-4o", routes = [...] }, ...]`, as written.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawFamily {
     pub name: Option<String>,
     pub routes: Option<Vec<String>>,
@@ -639,6 +638,72 @@ mod tests {
             got[0].1.contains("no route is in region eu with data terms [zdr]"),
             "{}",
             got[0].1
+        );
+    }
+
+    const TWO_MODELS: &str = "[[routes]]\nname = \"oa\"\nprovider = \"simulated\"\nmodel = \"gpt-4o\"\n\
+        [[routes]]\nname = \"az\"\nprovider = \"simulated\"\nmodel = \"gpt-4o\"\n\
+        [[routes]]\nname = \"an\"\nprovider = \"simulated\"\nmodel = \"claude\"\n";
+
+    fn family(name: &str, routes: &[&str]) -> Family {
+        Family {
+            name: name.into(),
+            routes: routes.iter().map(|r| r.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn families_list_their_routes_in_order_and_rotate_providers_first_by_default() {
+        let c = load_str(&format!(
+            "{TWO_MODELS}[models.chat]\nfamilies = [{{ name = \"gpt-4o\", routes = [\"oa\", \"az\"] }}, {{ name = \"claude\", routes = [\"an\"] }}]\n"
+        ))
+        .expect("valid");
+        let m = &c.models["chat"];
+        assert_eq!(m.routes, ["oa", "az", "an"], "the model's routes, family by family");
+        assert_eq!(m.families, [family("gpt-4o", &["oa", "az"]), family("claude", &["an"])]);
+        assert_eq!(m.rotation, Rotation::ProviderOnlyBeforeModelChange);
+    }
+
+    #[test]
+    fn the_flat_form_infers_one_family_per_upstream_model_and_keeps_the_ladder() {
+        let c = load_str(&format!(
+            "{TWO_MODELS}[models.chat]\nroutes = [\"oa\", \"an\", \"az\"]\n"
+        ))
+        .expect("valid");
+        let m = &c.models["chat"];
+        assert_eq!(m.routes, ["oa", "an", "az"], "config order kept");
+        assert_eq!(m.families, [family("gpt-4o", &["oa", "az"]), family("claude", &["an"])]);
+        assert_eq!(m.rotation, Rotation::Ladder, "a flat list keeps its ladder order");
+        let c = load_str(&format!(
+            "{TWO_MODELS}[models.chat]\nroutes = [\"oa\", \"an\"]\nrotation = \"provider-only-before-model-change\"\n"
+        ))
+        .expect("valid");
+        assert_eq!(c.models["chat"].rotation, Rotation::ProviderOnlyBeforeModelChange);
+    }
+
+    #[test]
+    fn every_bad_family_value_is_reported_with_its_path() {
+        let got = paths(&format!(
+            "{TWO_MODELS}[models.chat]\nfamilies = [{{ routes = [\"oa\", \"ghost\"] }}, {{ name = \"x\", routes = [\"oa\"] }}, {{ name = \"x\", routes = [] }}, {{ name = \"y\", routes = [\"an\"], weight = 1 }}]\nrotation = \"random\"\n\
+             [models.both]\nroutes = [\"oa\"]\nfamilies = [{{ name = \"z\", routes = [\"az\"] }}]\n\
+             [models.none]\nfamilies = []\n"
+        ));
+        for expected in [
+            "models.chat.families[0].name",
+            "models.chat.families[0].routes[1]",
+            "models.chat.families[1].routes[0]",
+            "models.chat.families[2].name",
+            "models.chat.families[2].routes",
+            "models.chat.rotation",
+            "models.both.families",
+            "models.none.families",
+        ] {
+            assert!(got.iter().any(|p| p == expected), "expected {expected}; got {got:?}");
+        }
+        assert!(
+            got.iter()
+                .any(|p| p.starts_with("models.chat.families") && p.ends_with("3.weight")),
+            "an unknown key in a family is reported: {got:?}"
         );
     }
 
