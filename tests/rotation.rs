@@ -6,7 +6,7 @@
 
 mod support;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use support::*;
 
 const SCENARIOS: &str = r#"
@@ -272,4 +272,79 @@ async fn a_request_every_route_failed_is_counted_as_an_outage() {
         Some(1.0),
         "{page}"
     );
+}
+
+#[tokio::test]
+async fn recovery_time_is_measured_from_the_breaker_opening_to_the_routes_next_answer() {
+    let scenarios = "[sim.scenarios.flaky-2]\ntext = \"back\"\nttft = { median_ms = 5.0, sigma = 0.0 }\nfailure = { status = 503, fail_first_n = 2 }\n";
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsse_keepalive_ms = 600000\n[sim]\nlisten = \"127.0.0.1:0\"\n{SCENARIOS}{scenarios}\
+         [breaker]\nconsecutive_failures = 2\ncooldown_ms = 20\nmax_cooldown_ms = 40\n{}{}\
+         [models.chat]\nfamilies = [{{ name = \"gpt-4o\", routes = [\"rc-a\", \"rc-b\"] }}]\n",
+        route("rc-a", "gpt-4o", "flaky-2", "L0"),
+        route("rc-b", "gpt-4o", "ok", "L0"),
+    );
+    let server = start(&toml).await;
+    tailcut::telemetry_rotation::describe();
+    for _ in 0..2 {
+        let env = post_sse(&server.url(""), &chat_body(true), &[]).await.envelope();
+        assert_eq!(env["route"], "rc-b", "rc-a fails its first two requests: {env}");
+    }
+    // The breaker opened on the second failure; the background probe closes it again.
+    let mut served_by_a = false;
+    for _ in 0..200 {
+        let env = post_sse(&server.url(""), &chat_body(true), &[]).await.envelope();
+        if env["route"] == "rc-a" {
+            served_by_a = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(served_by_a, "rc-a recovered and served again");
+    let page = scrape(&server).await;
+    assert!(page.contains("# HELP tailcut_recovery_seconds "), "{page}");
+    assert_eq!(
+        sample(&page, "tailcut_recovery_seconds_count", &[("route", "rc-a")]),
+        Some(1.0),
+        "one recovery, measured once: {page}"
+    );
+    assert!(
+        sample(&page, "tailcut_recovery_seconds_sum", &[("route", "rc-a")]).is_some_and(|s| s > 0.0),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn a_session_moved_off_its_leased_route_is_a_route_change() {
+    let scenarios = "[sim.scenarios.ok-then-down]\ntext = \"served\"\nttft = { median_ms = 5.0, sigma = 0.0 }\n";
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsse_keepalive_ms = 600000\n[sim]\nlisten = \"127.0.0.1:0\"\n{SCENARIOS}{scenarios}{}{}\
+         [models.session-model]\nroutes = [\"sc-a\", \"sc-b\"]\n",
+        route("sc-a", "gpt-4o", "ok-then-down", "L0"),
+        route("sc-b", "gpt-4o", "ok", "L0"),
+    );
+    let server = start(&toml).await;
+    tailcut::telemetry_rotation::describe();
+    let body = json!({"model": "session-model", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let session = [("x-tailcut-session", "s-1")];
+    let first = post_sse(&server.url(""), &body, &session).await.envelope();
+    assert_eq!(first["route"], "sc-a", "{first}");
+    let count = |page: &str| sample(page, "tailcut_route_changes_total", &[("model", "session-model")]);
+    assert_eq!(
+        count(&scrape(&server).await),
+        None,
+        "the session's first route is no change"
+    );
+    // sc-a now fails: the session moves to sc-b.
+    let sim = server.sim.as_ref().expect("sim");
+    sim.register(
+        "ok-then-down",
+        serde_json::from_value(json!({"failure": {"status": 503}})).expect("scenario"),
+    );
+    let second = post_sse(&server.url(""), &body, &session).await.envelope();
+    assert_eq!(second["route"], "sc-b", "{second}");
+    assert_eq!(count(&scrape(&server).await), Some(1.0));
+    let third = post_sse(&server.url(""), &body, &session).await.envelope();
+    assert_eq!(third["route"], "sc-b", "the lease moved with it: {third}");
+    assert_eq!(count(&scrape(&server).await), Some(1.0), "staying is no change");
 }
