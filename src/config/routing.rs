@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::raw::{RawCache, RawFloor, RawLeases, RawLimits, RawRanking, RawTenant};
 use super::validate::Validator;
 use super::{CacheConfig, LeaseConfig, LimitsConfig, Pools, RankingConfig, RouteConfig, TenantConfig, TokenizerChoice};
-use crate::types::{Priority, ResponseType};
+use crate::types::{Priority, ResponseType, SwitchLayer};
 
 /// A task name: `*` (every task) or letters, digits, `_` and `-`.
 fn valid_task(name: &str) -> bool {
@@ -61,6 +61,33 @@ impl Rotation {
             "provider-only-before-model-change" => Some(Rotation::ProviderOnlyBeforeModelChange),
             "ladder" => Some(Rotation::Ladder),
             _ => None,
+        }
+    }
+}
+
+impl super::ModelConfig {
+    /// The family `route` serves in this model, if it is one of the model's routes.
+    pub fn family_of(&self, route: &str) -> Option<&Family> {
+        self.families.iter().find(|f| f.routes.iter().any(|r| r == route))
+    }
+}
+
+impl super::Config {
+    /// The name of the family `route` serves in `model`.
+    pub fn family_of(&self, model: &str, route: &str) -> Option<&str> {
+        Some(self.models.get(model)?.family_of(route)?.name.as_str())
+    }
+
+    /// Which layer moved when a request of `model` went from `from` to `to`: `None` for the
+    /// same route (a retry or a repair is no route change), `ProviderSwitch` within a family,
+    /// `ModelSwitch` across families (or when either route's family is unknown).
+    pub fn switch_layer(&self, model: &str, from: &str, to: &str) -> Option<SwitchLayer> {
+        if from == to {
+            return None;
+        }
+        match (self.family_of(model, from), self.family_of(model, to)) {
+            (Some(a), Some(b)) if a == b => Some(SwitchLayer::ProviderSwitch),
+            _ => Some(SwitchLayer::ModelSwitch),
         }
     }
 }

@@ -1,41 +1,18 @@
-//! Model families: which family a route serves for a model, which layer a route change
-//! moved (`provider_switch` within a family, `model_switch` across families), and the
-//! `provider-only-before-model-change` order of a plan's candidates.
+//! The model's rotation over its families: with `provider-only-before-model-change`, every
+//! available route of a family before the next family. (Which family a route serves and
+//! which layer a route change moved are config lookups: `Config::family_of`,
+//! `Config::switch_layer`.)
 
 use crate::config::{Config, Rotation};
-use crate::types::{RouteStatus, SwitchLayer};
-
-/// The name of the family `route` serves in `model`, if the route is behind the model.
-pub fn family_of<'a>(config: &'a Config, model: &str, route: &str) -> Option<&'a str> {
-    config
-        .models
-        .get(model)?
-        .families
-        .iter()
-        .find(|f| f.routes.iter().any(|r| r == route))
-        .map(|f| f.name.as_str())
-}
+use crate::types::RouteStatus;
 
 /// Position of `route`'s family in `model`'s family order (`usize::MAX` when unknown).
-pub fn family_index(config: &Config, model: &str, route: &str) -> usize {
+fn family_index(config: &Config, model: &str, route: &str) -> usize {
     config
         .models
         .get(model)
         .and_then(|m| m.families.iter().position(|f| f.routes.iter().any(|r| r == route)))
         .unwrap_or(usize::MAX)
-}
-
-/// Which layer moved when `model`'s request went from `from` to `to`: `None` for the same
-/// route (a retry or a repair is no route change), `ProviderSwitch` within a family,
-/// `ModelSwitch` across families (or when either route's family is unknown).
-pub fn layer(config: &Config, model: &str, from: &str, to: &str) -> Option<SwitchLayer> {
-    if from == to {
-        return None;
-    }
-    match (family_of(config, model, from), family_of(config, model, to)) {
-        (Some(a), Some(b)) if a == b => Some(SwitchLayer::ProviderSwitch),
-        _ => Some(SwitchLayer::ModelSwitch),
-    }
 }
 
 /// Reorders candidates already ranked by (availability, rung, lease, score) under the
@@ -65,6 +42,7 @@ mod tests {
     use crate::health::Health;
     use crate::router::testkit::request;
     use crate::router::{plan_with, Requirements};
+    use crate::types::SwitchLayer;
 
     fn config(rotation: &str) -> Config {
         let route = |name: &str, model: &str, level: &str| {
@@ -112,10 +90,10 @@ mod tests {
     #[test]
     fn the_layer_is_a_provider_switch_within_a_family_and_a_model_switch_across() {
         let cfg = config("");
-        assert_eq!(layer(&cfg, "chat", "oa", "az"), Some(SwitchLayer::ProviderSwitch));
-        assert_eq!(layer(&cfg, "chat", "az", "an"), Some(SwitchLayer::ModelSwitch));
-        assert_eq!(layer(&cfg, "chat", "oa", "oa"), None, "a retry is no route change");
-        assert_eq!(family_of(&cfg, "chat", "an"), Some("claude"));
-        assert_eq!(family_of(&cfg, "other", "an"), None);
+        assert_eq!(cfg.switch_layer("chat", "oa", "az"), Some(SwitchLayer::ProviderSwitch));
+        assert_eq!(cfg.switch_layer("chat", "az", "an"), Some(SwitchLayer::ModelSwitch));
+        assert_eq!(cfg.switch_layer("chat", "oa", "oa"), None, "a retry is no route change");
+        assert_eq!(cfg.family_of("chat", "an"), Some("claude"));
+        assert_eq!(cfg.family_of("other", "an"), None);
     }
 }

@@ -23,7 +23,6 @@ mod testkit;
 mod tokens;
 
 pub use eligibility::{count_prompt, describe as describe_exclusions, Eligibility, Ineligible, DEFAULT_OUTPUT_RESERVE};
-pub use families::{family_of, layer};
 pub use plan::{model_routes, plan, plan_over, plan_with, LeaseLookup, RouteError, Snapshot};
 pub use ranking::{rank, Ranked};
 pub use requirements::{apply_tenant, tenant_defaults, Requirements, DEFAULT_TASK};

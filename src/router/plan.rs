@@ -151,7 +151,7 @@ pub fn plan_over(
         .map(|r| CandidateScore {
             route: r.route.name.clone(),
             min_useful_ms: r.route.min_useful.or(r.view.ttft_p50).map(|d| d.as_millis() as u64),
-            family: families::family_of(config, &req.model, &r.route.name).map(str::to_string),
+            family: config.family_of(&req.model, &r.route.name).map(str::to_string),
             score: r.score,
         })
         .collect();

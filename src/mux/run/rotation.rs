@@ -7,7 +7,6 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::Run;
-use crate::router;
 use crate::telemetry_rotation as rt;
 use crate::types::RouteChange;
 
@@ -39,7 +38,7 @@ impl Run {
             "recovery"
         };
         for from in std::mem::take(&mut self.moves.pending) {
-            let Some(layer) = router::layer(&self.mux.config, &self.req.model, &from, to) else {
+            let Some(layer) = self.mux.config.switch_layer(&self.req.model, &from, to) else {
                 continue;
             };
             self.moves.open.push(self.env.route_changes.len());
@@ -60,7 +59,7 @@ impl Run {
         for i in std::mem::take(&mut self.moves.open) {
             self.count_move(i, "cancelled");
         }
-        self.env.family = router::family_of(&self.mux.config, &self.req.model, winner).map(Box::from);
+        self.env.family = self.mux.config.family_of(&self.req.model, winner).map(Box::from);
         let leased = self.plan.lease.as_ref().map(|l| l.route.as_str());
         if self.ctx.session.is_some() && leased.is_some_and(|r| r != winner) {
             metrics::counter!(rt::ROUTE_CHANGES_TOTAL, "model" => self.req.model.clone()).increment(1);
