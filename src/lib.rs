@@ -47,6 +47,7 @@
 //! drives [`server`] and [`sim`] through this public API.
 
 pub mod config;
+pub mod eval;
 pub mod gateway;
 pub mod health;
 pub mod mux;
