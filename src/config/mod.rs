@@ -16,7 +16,7 @@ use std::time::Duration;
 pub use crate::types::MidStreamPolicy;
 pub use auth::{is_loopback, valid_key_name, AuthConfig, KeyConfig};
 pub use breaker::{BreakerConfig, ProbeMode};
-pub use routing::{Family, Rotation};
+pub use routing::{EvalConfig, Family, Rotation};
 pub use sections::normalize_origin;
 pub use validate::{load_file, load_str, ConfigError, ConfigProblem};
 
@@ -46,6 +46,8 @@ pub struct Config {
     pub sim: SimConfig,
     /// `[auth]`: client keys and browser tokens; `None`: no auth, loopback only.
     pub auth: Option<AuthConfig>,
+    /// `[eval]`: measured scores loaded into the routes' quality.
+    pub eval: EvalConfig,
 }
 
 impl Config {

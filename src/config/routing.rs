@@ -65,6 +65,21 @@ impl Rotation {
     }
 }
 
+/// `[eval]`, as written.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawEval {
+    pub scores_file: Option<String>,
+}
+
+/// `[eval]`: measured equivalence scores (`tailcut eval --out FILE`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EvalConfig {
+    /// The scores file loaded into the routes' `quality`, if any.
+    pub scores_file: Option<String>,
+    /// (route, task) pairs whose quality is a measured pass rate.
+    pub measured: Vec<(String, String)>,
+}
+
 impl super::ModelConfig {
     /// The family `route` serves in this model, if it is one of the model's routes.
     pub fn family_of(&self, route: &str) -> Option<&Family> {
@@ -120,6 +135,59 @@ fn inferred_families(list: &[String], routes: &[RouteConfig]) -> Vec<Family> {
 }
 
 impl Validator {
+    /// `[eval] scores_file`: a `tailcut eval` scores file whose per-route, per-task pass rates
+    /// become the routes' `quality` for those tasks (a measured score replaces a configured
+    /// one), so quality floors judge measured scores. Routes the file names but the config
+    /// does not have are ignored.
+    pub(super) fn eval_scores(&mut self, raw: RawEval, routes: &mut [RouteConfig]) -> EvalConfig {
+        let mut eval = EvalConfig {
+            scores_file: raw.scores_file.clone(),
+            measured: Vec::new(),
+        };
+        let Some(path) = raw.scores_file else { return eval };
+        let parsed = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {path:?}: {e}"))
+            .and_then(|text| {
+                serde_json::from_str::<serde_json::Value>(&text).map_err(|e| format!("{path:?} is not JSON: {e}"))
+            });
+        let scores = match parsed {
+            Ok(v) => v,
+            Err(e) => {
+                self.problem("eval.scores_file", e);
+                return eval;
+            }
+        };
+        let Some(by_route) = scores.get("routes").and_then(|r| r.as_object()) else {
+            self.problem(
+                "eval.scores_file",
+                format!("{path:?} has no \"routes\" object (write it with tailcut eval --out)"),
+            );
+            return eval;
+        };
+        for route in routes.iter_mut() {
+            let Some(tasks) = by_route.get(&route.name).and_then(|t| t.as_object()) else {
+                continue;
+            };
+            for (task, score) in tasks {
+                let rate = score.get("pass_rate").and_then(serde_json::Value::as_f64);
+                match rate {
+                    Some(r) if valid_task(task) && (0.0..=1.0).contains(&r) => {
+                        route.quality.insert(task.clone(), r);
+                        eval.measured.push((route.name.clone(), task.clone()));
+                    }
+                    _ => self.problem(
+                        "eval.scores_file",
+                        format!(
+                            "{path:?}: routes.{}.{task}.pass_rate must be a number in [0, 1]",
+                            route.name
+                        ),
+                    ),
+                }
+            }
+        }
+        eval
+    }
+
     /// A model's routes, families and rotation under `path` (`models.NAME`): either the flat
     /// `routes = [...]` (families inferred from the routes' upstream model ids, `ladder` order
     /// unless `rotation` says otherwise) or `families = [...]` (their routes in order,

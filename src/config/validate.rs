@@ -65,7 +65,7 @@ pub(super) struct Validator {
 
 const TOP_LEVEL: &[&str] = &[
     "server", "routes", "models", "tenants", "hedge", "policies", "limits", "breaker", "ranking", "leases", "cache",
-    "sim", "auth",
+    "sim", "auth", "eval",
 ];
 
 impl Validator {
@@ -108,7 +108,9 @@ impl Validator {
         let cache: RawCache = self.section("cache", table.get("cache"));
         let sim_raw: RawSim = self.section("sim", table.get("sim"));
         let sim = self.sim(sim_raw);
-        let routes = self.routes(table.get("routes"), &sim);
+        let mut routes = self.routes(table.get("routes"), &sim);
+        let eval_raw: super::routing::RawEval = self.section("eval", table.get("eval"));
+        let eval = self.eval_scores(eval_raw, &mut routes);
         let models = self.models(table.get("models"), &routes);
         let tenants = self.tenants(table.get("tenants"), &routes);
         let policies = self.policies(table.get("policies"));
@@ -127,6 +129,7 @@ impl Validator {
             cache: self.cache(cache),
             sim,
             auth,
+            eval,
         }
     }
 

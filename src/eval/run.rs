@@ -307,5 +307,51 @@ mod tests {
         assert_eq!(down["chat"].ttft_p50_ms, None);
         let table = scores.table();
         assert!(table.contains("good") && table.contains("extract"), "{table}");
+
+        // The server loads the scores: a route measured below the floor is excluded, and the
+        // plan says why.
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(file.path(), serde_json::to_vec(&scores).expect("json")).expect("write");
+        let text = format!(
+            "[eval]\nscores_file = {:?}\n[[routes]]\nname = \"good\"\nprovider = \"simulated\"\n\
+             [[routes]]\nname = \"down\"\nprovider = \"simulated\"\nquality = {{ chat = 0.9 }}\n\
+             [models.chat]\nroutes = [\"good\", \"down\"]\nquality_floor = 0.5\n",
+            file.path().display().to_string()
+        );
+        let config = load_str(&text).expect("config with scores");
+        let down = config.route("down").expect("route");
+        assert_eq!(
+            down.quality.get("chat"),
+            Some(&0.0),
+            "the measured score replaces the configured 0.9"
+        );
+        assert!(config
+            .eval
+            .measured
+            .contains(&("good".to_string(), "extract".to_string())));
+        let now = Instant::now();
+        let health = crate::health::Health::new(&config, now);
+        let req = request(&items[0], "chat");
+        let ctx = RequestCtx::new(Dialect::Native);
+        let plan = crate::router::plan(&config, &health, &req, &ctx, now).expect("good is eligible");
+        assert_eq!(plan.candidates.len(), 1, "{plan:?}");
+        assert_eq!(plan.candidates[0].route, "good");
+        let excluded = &plan.excluded[0];
+        assert_eq!(excluded.route, "down");
+        assert!(
+            excluded
+                .reason
+                .contains("quality 0 for task chat is below the floor 0.5"),
+            "{excluded:?}"
+        );
+    }
+
+    #[test]
+    fn a_scores_file_that_cannot_be_read_is_a_config_problem() {
+        let err = load_str(
+            "[eval]\nscores_file = \"/nonexistent/scores.json\"\n[[routes]]\nname = \"a\"\nprovider = \"simulated\"\n[models.chat]\nroutes = [\"a\"]\n",
+        )
+        .expect_err("unreadable");
+        assert!(err.to_string().contains("eval.scores_file"), "{err}");
     }
 }
