@@ -262,6 +262,7 @@ impl Gateway {
         let stream = match planned {
             Ok(plan) => self.mux.run(req, ctx, plan),
             Err(e) => {
+                crate::telemetry::rotation::none_eligible(e.exclusions());
                 // A prompt too long for every route is the client's to shorten: say so in the
                 // terms the SDKs know (`context_length_exceeded`), not as a routing failure.
                 let too_long = e
@@ -280,6 +281,7 @@ impl Gateway {
                     envelope: Envelope {
                         request_id: ctx.request_id,
                         level: Level::L4,
+                        state_hash: crate::types::state_hash(&req).into(),
                         ..Envelope::default()
                     },
                 });

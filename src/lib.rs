@@ -34,9 +34,10 @@
 //! - [`health`]: per-route TTFT windows, breakers, admission, and the session lease table;
 //!   written by the mux, copied by the gateway for the router.
 //! - [`sim`]: the simulated upstream, a real HTTP server driven by explicit scenarios.
-//! - [`config`], [`types`], [`telemetry`]: the TOML contract; the nouns more than one layer
-//!   uses (the request and its context, the plan, the error class, the mid-stream policy, the
-//!   prefill convention, the events, the envelope); metrics.
+//! - [`config`], [`types`], [`telemetry`]: the TOML contract; the
+//!   nouns more than one layer uses (the request and its context, the plan, the error class,
+//!   the mid-stream policy, the prefill convention, the events, the envelope, the state
+//!   hash); metrics, and the rotation metrics with their help text.
 //!
 //! Every import points down this list: no module imports one above it, and `types` imports
 //! no layer. The simulated upstream sits at the flow's far end (it imports nothing of the
@@ -47,6 +48,7 @@
 //! drives [`server`] and [`sim`] through this public API.
 
 pub mod config;
+pub mod eval;
 pub mod gateway;
 pub mod health;
 pub mod mux;

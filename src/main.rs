@@ -70,6 +70,19 @@ enum Command {
         #[arg(long)]
         offline: bool,
     },
+    /// Run an eval set (JSON lines) against every route; write per-route, per-task scores.
+    Eval {
+        /// The config whose routes are scored (default: the embedded simulated routes).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        set: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// Requests in flight at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+    },
     /// Client keys for `[auth]`.
     Keys {
         #[command(subcommand)]
@@ -122,6 +135,21 @@ fn main() -> ExitCode {
             } => serve(config, listen, allow_unauthenticated, &allow_origins).await,
             Command::Sim { listen, config } => sim(listen, config).await,
             Command::CheckConfig { file, offline } => check_config(&file, offline),
+            Command::Eval {
+                config,
+                set,
+                out,
+                concurrency,
+            } => match tailcut::eval::command(config.as_deref(), &set, &out, concurrency).await {
+                Ok(scores) => {
+                    print!("{}", scores.table());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("tailcut eval: {e}");
+                    ExitCode::FAILURE
+                }
+            },
             Command::Keys { .. } => ExitCode::SUCCESS,
         }
     })

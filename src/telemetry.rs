@@ -4,6 +4,7 @@
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 mod help;
+pub mod rotation;
 
 pub const REQUESTS_TOTAL: &str = "tailcut_requests_total";
 pub const ACTIVE_STREAMS: &str = "tailcut_active_streams";
@@ -39,6 +40,7 @@ pub fn install() -> Option<PrometheusHandle> {
                 .install_recorder()
                 .ok()?;
             help::describe_all();
+            rotation::describe();
             Some(handle)
         })
         .clone()

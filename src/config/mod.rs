@@ -19,6 +19,7 @@ pub use crate::types::MidStreamPolicy;
 pub use auth::{is_loopback, valid_key_name, AuthConfig, KeyConfig};
 pub use breaker::{BreakerConfig, ProbeMode};
 pub use env::{missing_env, Severity};
+pub use routing::{EvalConfig, Family, Rotation};
 pub use sections::normalize_origin;
 pub use validate::{load_file, load_str, resolve_addr, ConfigError, ConfigProblem};
 
@@ -48,6 +49,8 @@ pub struct Config {
     pub sim: SimConfig,
     /// `[auth]`: client keys and browser tokens; `None`: no auth, loopback only.
     pub auth: Option<AuthConfig>,
+    /// `[eval]`: measured scores loaded into the routes' quality.
+    pub eval: EvalConfig,
 }
 
 impl Config {
@@ -301,7 +304,13 @@ pub enum TokenizerChoice {
 
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
+    /// Every route of the model, in config order (the families' routes, family by family).
     pub routes: Vec<String>,
+    /// The model's families in order (`routing::Family`); inferred from the routes' upstream
+    /// model ids for the flat `routes = [...]` form.
+    pub families: Vec<Family>,
+    /// How the plan orders the families' routes.
+    pub rotation: Rotation,
     pub hedge: bool,
     /// The task type assumed when neither the request nor its tenant names one.
     pub task: String,

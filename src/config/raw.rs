@@ -95,6 +95,9 @@ pub struct RawRoute {
 #[derive(Debug, Default, Deserialize)]
 pub struct RawModel {
     pub routes: Option<Vec<String>>,
+    /// `[{ name, routes }, …]`: validated in `routing` (`Validator::families`).
+    pub families: Option<Vec<super::routing::RawFamily>>,
+    pub rotation: Option<String>,
     pub hedge: Option<bool>,
     pub task: Option<String>,
     pub quality_floor: Option<RawFloor>,

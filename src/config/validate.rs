@@ -72,7 +72,7 @@ pub(super) struct Validator {
 
 const TOP_LEVEL: &[&str] = &[
     "server", "routes", "models", "tenants", "hedge", "policies", "limits", "breaker", "ranking", "leases", "cache",
-    "sim", "auth", "extends",
+    "sim", "auth", "extends", "eval",
 ];
 
 impl Validator {
@@ -104,7 +104,9 @@ impl Validator {
         let cache: RawCache = self.section("cache", table.get("cache"));
         let sim_raw: RawSim = self.section("sim", table.get("sim"));
         let sim = self.sim(sim_raw);
-        let routes = self.routes(table.get("routes"), &sim);
+        let mut routes = self.routes(table.get("routes"), &sim);
+        let eval_raw: super::routing::RawEval = self.section("eval", table.get("eval"));
+        let eval = self.eval_scores(eval_raw, &mut routes);
         let models = self.models(table.get("models"), &routes);
         let tenants = self.tenants(table.get("tenants"), &routes);
         let policies = self.policies(table.get("policies"));
@@ -123,6 +125,7 @@ impl Validator {
             cache: self.cache(cache),
             sim,
             auth,
+            eval,
         }
     }
 
@@ -192,18 +195,8 @@ impl Validator {
         for (name, v) in table {
             let path = format!("models.{name}");
             let raw: RawModel = self.section(&path, Some(v));
-            let list = raw.routes.unwrap_or_default();
-            if list.is_empty() {
-                self.problem(format!("{path}.routes"), "must list at least one route");
-            }
-            for (i, r) in list.iter().enumerate() {
-                if !routes.iter().any(|route| &route.name == r) {
-                    self.problem(format!("{path}.routes[{i}]"), format!("no route named {r:?}"));
-                }
-                if list[..i].contains(r) {
-                    self.problem(format!("{path}.routes[{i}]"), format!("{r:?} is listed twice"));
-                }
-            }
+            // `families = [...]` or the flat `routes = [...]` (routing.rs).
+            let (list, families, rotation) = self.families(&path, raw.routes, raw.families, raw.rotation, routes);
             let task = self
                 .task(&format!("{path}.task"), raw.task)
                 .unwrap_or_else(|| "chat".to_string());
@@ -212,6 +205,8 @@ impl Validator {
                 name.clone(),
                 ModelConfig {
                     routes: list,
+                    families,
+                    rotation,
                     hedge: raw.hedge.unwrap_or(true),
                     task,
                     quality_floor,

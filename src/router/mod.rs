@@ -9,10 +9,12 @@
 //! Planning ([`plan_over`]): `requirements` (what the request, its tenant and its model
 //! demand) → `eligibility` (filter; every exclusion has reasons) → the lease decision
 //! (`health::lease::decide`: kept, or revoked with a reason) → `ranking` (order, explained)
-//! → `plan`. The [`Plan`](crate::types::Plan) it returns is a shared noun in `types`; the
+//! → `families` (the model's rotation: every route of a family before the next family) →
+//! `plan`. The [`Plan`](crate::types::Plan) it returns is a shared noun in `types`; the
 //! lease decision rides in it as data (`Plan::lease_update`), applied by the table's owners.
 
 mod eligibility;
+mod families;
 mod plan;
 mod ranking;
 mod requirements;

@@ -7,9 +7,9 @@
 use tokio::time::Instant;
 
 use super::eligibility::{self, count_prompt, Eligibility};
-use super::ranking;
 use super::requirements::Requirements;
 use super::tokens::PromptTokens;
+use super::{families, ranking};
 use crate::config::Config;
 use crate::health::lease::{self, LeaseCandidate, LeaseEntry, LeaseTable};
 use crate::health::{Health, RouteViews};
@@ -135,7 +135,10 @@ pub fn plan_over(
     if eligible.is_empty() {
         return Err(RouteError::NoneEligible(excluded));
     }
-    let ranked = ranking::rank(eligible, lease_update.preferred(), &config.ranking);
+    let mut ranked = ranking::rank(eligible, lease_update.preferred(), &config.ranking);
+    families::order(config, &req.model, &mut ranked, |r| {
+        (r.route.name.as_str(), r.score.status)
+    });
     let candidates = ranked
         .iter()
         .map(|r| Candidate {
@@ -148,11 +151,18 @@ pub fn plan_over(
         .map(|r| CandidateScore {
             route: r.route.name.clone(),
             min_useful_ms: r.route.min_useful.or(r.view.ttft_p50).map(|d| d.as_millis() as u64),
+            family: config.family_of(&req.model, &r.route.name).map(str::to_string),
             score: r.score,
         })
         .collect();
     Ok(Plan {
         model: req.model.clone(),
+        rotation: config
+            .models
+            .get(&req.model)
+            .map(|m| m.rotation)
+            .unwrap_or_default()
+            .as_str(),
         task: check.task.clone(),
         quality_floor: check.floor,
         tenant: needs.tenant.clone(),

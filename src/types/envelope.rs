@@ -1,4 +1,5 @@
-//! The envelope: which route served, at what level, whether it was hedged, and every failure.
+//! The envelope: which route served, at what level, whether it was hedged, every failure,
+//! every route change and the layer it moved, the repair attempt, and the state hash.
 
 use serde::{Deserialize, Serialize};
 
@@ -61,10 +62,67 @@ pub struct Envelope {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseInfo>,
     pub request_id: String,
+    /// The family of the route that served (`[models.*] families`, or the route's upstream
+    /// model id for the flat form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<Box<str>>,
+    /// Every move from one route to another within this request, in order, with the layer
+    /// that moved (`provider_switch` or `model_switch`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub route_changes: Vec<RouteChange>,
+    /// The one repair attempt, when an answer failed its quality gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<Box<RepairInfo>>,
+    /// A stable hash of the canonical request history (`types::state_hash`): the same
+    /// whichever route serves, and the same for the same history.
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub state_hash: Box<str>,
+}
+
+/// Which layer moved when a request went from one route to another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchLayer {
+    /// Another provider endpoint of the same model family.
+    ProviderSwitch,
+    /// Another model family.
+    ModelSwitch,
+}
+
+impl SwitchLayer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SwitchLayer::ProviderSwitch => "provider_switch",
+            SwitchLayer::ModelSwitch => "model_switch",
+        }
+    }
+}
+
+/// One move from a failed route to the next one tried.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RouteChange {
+    pub from: String,
+    pub to: String,
+    pub layer: SwitchLayer,
+    /// `failover` before the first token, `recovery` after it.
+    pub phase: String,
+}
+
+/// The repair attempt: the route asked to correct an answer that failed its quality gate,
+/// what the gate said, and how the repair ended (`repaired` or `failed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepairInfo {
+    pub route: String,
+    pub error: String,
+    pub outcome: String,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_empty(s: &str) -> bool {
+    s.is_empty()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -10,9 +10,10 @@ mod plan;
 mod policy;
 mod prefill;
 mod request;
+mod state_hash;
 
 pub use ctx::{Dialect, Priority, RequestCtx};
-pub use envelope::{Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level};
+pub use envelope::{Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level, RepairInfo, RouteChange, SwitchLayer};
 pub use error_class::{Blame, ErrorClass};
 pub use event::{ErrorEvent, EventStream, FinishReason, StreamEvent, ToolCall, Usage};
 pub use plan::{
@@ -24,3 +25,4 @@ pub use prefill::{Prefill, PrefillConvention};
 pub use request::{
     ChatRequest, ContentPart, Message, ResponseFormat, ResponseType, Role, Sampling, ToolChoice, ToolSpec,
 };
+pub use state_hash::{canonical_history, state_hash};

@@ -13,6 +13,9 @@ use super::{LeaseInfo, Level};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
     pub model: String,
+    /// How the candidates' families were ordered: `provider-only-before-model-change` or
+    /// `ladder`.
+    pub rotation: &'static str,
     /// The task type the quality floor was checked for.
     pub task: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -49,6 +52,9 @@ pub struct CandidateScore {
     /// `min_useful_ms`, else its live p50 TTFT; `None` when neither is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_useful_ms: Option<u64>,
+    /// The model family the route serves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
     pub score: ScoreBreakdown,
 }
 

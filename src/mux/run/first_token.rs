@@ -179,7 +179,7 @@ impl Run {
     }
 
     /// How long an attempt on `route` may go without a first token before it is failed over.
-    fn first_token_timeout(&self, route: &str) -> Duration {
+    pub(super) fn first_token_timeout(&self, route: &str) -> Duration {
         self.route_config(route)
             .map_or(Duration::from_secs(30), |r| r.first_token_timeout)
     }
@@ -267,6 +267,7 @@ impl Run {
             let recorded = self.mux.leases.lock().record(session, &winner.route, now);
             self.env.lease = crate::health::lease::envelope_lease(self.plan.lease.as_ref(), recorded);
         }
+        self.moves_committed(&winner.route);
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());
         // Shadows are for any request a second upstream may safely see.

@@ -151,7 +151,8 @@ impl Run {
         };
         metrics::counter!(t::ATTEMPTS_TOTAL, "route" => route.to_string(), "role" => role_label).increment(1);
         let upstream = UpstreamRequest {
-            chat: Arc::clone(&self.req),
+            // The repair attempt sends its own request (the answer and the validator's error).
+            chat: self.repair.take_request(route).unwrap_or_else(|| Arc::clone(&self.req)),
             prefill: prefill.map(|text| crate::types::Prefill {
                 text: text.to_string(),
                 convention,
@@ -159,6 +160,9 @@ impl Run {
             request_id: format!("{}-{}", self.ctx.request_id, self.attempts),
         };
         self.routes.set(route, RouteState::Running);
+        if matches!(role, Role::Failover | Role::Recovery) {
+            self.moving_to(route);
+        }
         Ok(Attempt::start(
             Arc::from(route),
             model,

@@ -7,12 +7,16 @@
 //! - `streaming`: the committed attempt through the seam, the stall limit, the stream cap;
 //! - `launch`: starting the next attempt (budgets, minimum useful time, same-route retry);
 //! - `recovery`: the mid-stream policies after commit;
-//! - `outcome`: failures, the error a client gets, the L3 cache, the decision record.
+//! - `outcome`: failures, the error a client gets, the L3 cache, the decision record;
+//! - `rotation`: route changes and the layer each moved, the rotation metrics;
+//! - `repair`: the one repair attempt on the same route after invalid output.
 
 mod first_token;
 mod launch;
 mod outcome;
 mod recovery;
+mod repair;
+mod rotation;
 mod routes;
 mod streaming;
 
@@ -125,6 +129,10 @@ struct Run {
     calls: Vec<crate::types::ToolCall>,
     /// Routes already retried once on the same rung.
     retried: std::collections::HashSet<String>,
+    /// Moves between routes within this request (`rotation`).
+    moves: rotation::Moves,
+    /// The repair attempt, once it was used (`repair`).
+    repair: repair::RepairState,
 }
 
 impl Run {
@@ -138,8 +146,10 @@ impl Run {
         let env = Envelope {
             request_id: ctx.request_id.clone(),
             lease: plan.lease.clone(),
+            state_hash: crate::types::state_hash(&req).into(),
             ..Envelope::default()
         };
+        crate::telemetry::rotation::policy_rejections(&plan.excluded);
         Run {
             routes: routes::Routes::new(
                 plan.candidates.clone(),
@@ -160,6 +170,8 @@ impl Run {
             usage: None,
             retry_hints: Vec::new(),
             retried: Default::default(),
+            moves: Default::default(),
+            repair: Default::default(),
             plan,
             mux,
             req,

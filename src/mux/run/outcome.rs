@@ -24,6 +24,11 @@ impl Run {
 
     pub(super) fn record_failure(&mut self, attempt: &mut Attempt, err: &ProviderError) {
         attempt.resolve(Err(err));
+        self.moved_route_failed(&attempt.route);
+        let now = Instant::now();
+        if let Err(crate::health::Unavailable::BreakerOpen { .. }) = self.mux.health.availability(&attempt.route, now) {
+            crate::telemetry::rotation::route_down(&attempt.route, now);
+        }
         metrics::counter!(t::UPSTREAM_ERRORS_TOTAL, "route" => attempt.route.to_string(), "class" => err.metric_label()).increment(1);
         match err.class {
             ErrorClass::Auth => {
@@ -138,6 +143,7 @@ impl Run {
 
     /// The decision record, logged once per request where its outcome is decided.
     pub(super) fn log_outcome(&self, outcome: &str) {
+        self.rotation_outcome(outcome);
         let completed = outcome == "completed";
         macro_rules! decided {
             ($level:ident) => {
@@ -153,6 +159,10 @@ impl Run {
             fell_back_from = ?self.env.fell_back_from.iter().map(|f| (&f.route, &f.class, f.status)).collect::<Vec<_>>(),
             skipped = ?self.routes.skipped().map(|(r, why, at)| (r, why.metric_label(), why.reason(at))).collect::<Vec<_>>(),
             plan = %serde_json::to_string(&self.plan).unwrap_or_default(),
+            state_hash = %self.env.state_hash,
+            family = self.env.family.as_deref().unwrap_or("-"),
+            route_changes = ?self.env.route_changes.iter().map(|c| (&c.from, &c.to, c.layer.as_str())).collect::<Vec<_>>(),
+            repair = ?self.env.repair.as_ref().map(|r| (&r.route, &r.outcome)),
             "request decided"
                 )
             };

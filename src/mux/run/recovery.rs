@@ -58,6 +58,10 @@ impl Run {
 
     /// The committed attempt on `failed_route` failed: apply the response type's policy.
     pub(super) async fn recover(&mut self, failed_route: &str) -> Recovery {
+        // An answer that failed its quality gate gets one repair on its route first.
+        if let Some(repaired) = self.try_repair(failed_route).await {
+            return repaired;
+        }
         let limit = self.mux.config.limits.max_midstream_recoveries;
         if self.recoveries >= limit {
             self.env.policy = Some(MidStreamPolicy::Truncate);
@@ -144,7 +148,7 @@ impl Run {
     }
 
     /// A restart committed on `attempt`: a client that can be told gets a reset.
-    fn restarted(&mut self, failed_route: &str, attempt: Attempt, first: AttemptEvent) -> Recovery {
+    pub(super) fn restarted(&mut self, failed_route: &str, attempt: Attempt, first: AttemptEvent) -> Recovery {
         let reset = if self.ctx.dialect.can_reset() {
             self.env.resets += 1;
             self.transcript.clear();

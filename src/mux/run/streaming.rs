@@ -114,6 +114,7 @@ impl Run {
             AttemptEvent::Usage(u) => self.usage = Some(u),
             AttemptEvent::Finished(reason) => {
                 s.cur.resolve(Ok(()));
+                self.repair_completed(&s.cur.route);
                 self.remember(&s.cur.route, reason);
                 self.finish(reason, out);
                 return State::Finished;

@@ -1,0 +1,173 @@
+//! The one repair attempt: an answer that failed its quality gate (a tool call whose
+//! arguments are not valid JSON or do not match the tool's schema, or names no offered tool)
+//! is sent back to the same route once, with what the client already holds of the answer
+//! and the validator's error, and the route is asked to answer again, corrected. Only when
+//! the repair fails too does the request move on (the response type's policy, next route).
+//! Never for a request that may have side effects; both outcomes are counted per route
+//! (`tailcut_repairs_total{route,outcome}`) and told in the envelope (`repair`).
+
+use std::sync::Arc;
+
+use super::first_token::sleep_until_some;
+use super::{Recovery, Run};
+use crate::mux::attempt::{Attempt, AttemptEvent, Role};
+use crate::mux::MuxError;
+use crate::provider::ProviderError;
+use crate::telemetry::rotation as rt;
+use crate::types::{ChatRequest, ErrorClass, Message, MidStreamPolicy, RepairInfo, Role as MessageRole};
+
+/// Where the request's one repair stands.
+#[derive(Debug, Default)]
+pub(super) enum RepairState {
+    #[default]
+    Unused,
+    /// Armed for this route: the next attempt started on it sends this request.
+    Armed { route: Arc<str>, chat: Arc<ChatRequest> },
+    /// The repair attempt runs on this route.
+    Running(Arc<str>),
+    /// Used; never again in this request.
+    Spent,
+}
+
+impl RepairState {
+    /// The repair's request, when an attempt starts on the route it was armed for.
+    pub fn take_request(&mut self, route: &str) -> Option<Arc<ChatRequest>> {
+        match std::mem::take(self) {
+            RepairState::Armed { route: armed, chat } if &*armed == route => {
+                *self = RepairState::Running(armed);
+                Some(chat)
+            }
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
+/// The message that asks for the correction; `error` is the validator's.
+pub(crate) fn repair_prompt(error: &str) -> String {
+    format!(
+        "Your previous answer failed validation and was not delivered: {error}. Answer the request again, \
+         complete and corrected: any tool call must name one of the offered tools and its arguments must be a \
+         JSON object matching that tool's parameters schema."
+    )
+}
+
+impl Run {
+    /// The committed attempt on `failed_route` failed: when it failed its quality gate and the
+    /// repair is unused, run the repair on the same route. `None`: no repair (the caller goes
+    /// on with the mid-stream policy); the repair's own failure also gives `None`, after
+    /// which the request moves on.
+    pub(super) async fn try_repair(&mut self, failed_route: &str) -> Option<Recovery> {
+        if let RepairState::Running(route) = &self.repair {
+            if &**route == failed_route {
+                self.repair_ended("failed");
+            }
+            return None;
+        }
+        let last = self.env.fell_back_from.last()?;
+        if last.class != ErrorClass::InvalidOutput
+            || last.route != failed_route
+            || !matches!(self.repair, RepairState::Unused)
+            || self.side_effecting()
+        {
+            return None;
+        }
+        let error = last.message.clone();
+        let mut chat = (*self.req).clone();
+        if !self.transcript.text.is_empty() {
+            chat.messages
+                .push(Message::text(MessageRole::Assistant, self.transcript.text.clone()));
+        }
+        chat.messages
+            .push(Message::text(MessageRole::User, repair_prompt(&error)));
+        let route: Arc<str> = Arc::from(failed_route);
+        self.repair = RepairState::Armed {
+            route: Arc::clone(&route),
+            chat: Arc::new(chat),
+        };
+        self.env.repair = Some(Box::new(RepairInfo {
+            route: failed_route.to_string(),
+            error,
+            outcome: "running".into(),
+        }));
+        let Some(attempt) = self.start_again(failed_route, Role::Recovery, None) else {
+            // It could not start (breaker, deadline): no repair happened.
+            self.repair = RepairState::Spent;
+            self.env.repair = None;
+            return None;
+        };
+        match self.repair_first_token(attempt).await {
+            Ok((attempt, first)) => {
+                self.env.policy = Some(MidStreamPolicy::Restart);
+                if !self.transcript.visible() {
+                    self.transcript.clear();
+                    return Some(Recovery::Restart {
+                        attempt,
+                        first,
+                        reset: None,
+                    });
+                }
+                Some(self.restarted(failed_route, attempt, first))
+            }
+            Err(()) => {
+                self.repair_ended("failed");
+                None
+            }
+        }
+    }
+
+    /// The repair attempt's race to its first content token, alone: a failure is recorded
+    /// against the route and ends the repair.
+    async fn repair_first_token(&mut self, mut attempt: Attempt) -> Result<(Attempt, AttemptEvent), ()> {
+        let silent_at = attempt.started + self.first_token_timeout(&attempt.route);
+        let err: ProviderError = loop {
+            let ev = tokio::select! {
+                biased;
+                ev = attempt.next_event() => ev,
+                _ = sleep_until_some(Some(silent_at)) => {
+                    break MuxError::FirstTokenTimeout(self.first_token_timeout(&attempt.route)).into();
+                }
+                _ = tokio::time::sleep_until(self.deadline) => {
+                    let err = ProviderError::from(MuxError::Deadline);
+                    self.record_abandoned(&mut attempt, &err);
+                    self.routes.set(&attempt.route, super::routes::RouteState::Failed);
+                    return Err(());
+                }
+            };
+            match ev {
+                Some(ev @ (AttemptEvent::Text(_) | AttemptEvent::ToolStarted | AttemptEvent::ToolCall(_))) => {
+                    self.commit(&mut attempt, Vec::new());
+                    return Ok((attempt, ev));
+                }
+                Some(ev @ AttemptEvent::Finished(_)) => {
+                    self.commit(&mut attempt, Vec::new());
+                    return Ok((attempt, ev));
+                }
+                Some(AttemptEvent::Failed(e)) => break e,
+                Some(AttemptEvent::Usage(_) | AttemptEvent::Progress) => continue,
+                None => break MuxError::NoOutcome.into(),
+            }
+        };
+        self.record_failure(&mut attempt, &err);
+        self.routes.set(&attempt.route, super::routes::RouteState::Failed);
+        Err(())
+    }
+
+    /// The repaired answer on `route` completed.
+    pub(super) fn repair_completed(&mut self, route: &str) {
+        if matches!(&self.repair, RepairState::Running(r) if &**r == route) {
+            self.repair_ended("repaired");
+        }
+    }
+
+    fn repair_ended(&mut self, outcome: &'static str) {
+        if let RepairState::Running(route) = std::mem::replace(&mut self.repair, RepairState::Spent) {
+            metrics::counter!(rt::REPAIRS_TOTAL, "route" => route.to_string(), "outcome" => outcome).increment(1);
+            if let Some(info) = self.env.repair.as_mut() {
+                info.outcome = outcome.to_string();
+            }
+        }
+    }
+}

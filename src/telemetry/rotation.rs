@@ -1,0 +1,137 @@
+//! Rotation metrics: logical requests by outcome, failovers by layer and result, attempts
+//! per request, session route changes, the honest outage count (unroutable requests),
+//! recovery time after a breaker opened, cost per answer, policy rejections and repairs.
+//! Labels are low-cardinality: route, family and model names come from config, outcomes
+//! and reasons from fixed sets. [`describe`] registers every metric's help text; call it
+//! once after the recorder is installed.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::types::{ErrorClass, Exclusion};
+
+/// Logical (client) requests by model and outcome (`completed`, `truncated`,
+/// `served_from_cache`, `diverged`, or the error class).
+pub const LOGICAL_REQUESTS_TOTAL: &str = "tailcut_logical_requests_total";
+/// Moves from a failed route to another, by layer and by how the new attempt ended.
+pub const FAILOVERS_TOTAL: &str = "tailcut_failovers_total";
+/// Upstream attempts per logical request (retry amplification).
+pub const ATTEMPTS_PER_REQUEST: &str = "tailcut_attempts_per_request";
+/// A session served by a route other than its lease's (the flapping rate).
+pub const ROUTE_CHANGES_TOTAL: &str = "tailcut_route_changes_total";
+/// Requests no route served for reasons that are not the client's: the honest outage count.
+pub const UNROUTABLE_TOTAL: &str = "tailcut_unroutable_total";
+/// From a route's breaker opening to the route's first successful answer after it.
+pub const RECOVERY_SECONDS: &str = "tailcut_recovery_seconds";
+/// Cost of answers (`cost_per_1k` times the answer's tokens / 1000), in millionths of the
+/// currency unit (a counter counts integers), by serving route and outcome.
+pub const ANSWER_COST_TOTAL: &str = "tailcut_answer_cost_micros_total";
+/// Routes excluded from a plan by policy, by reason (region, data_terms, quality_floor ...).
+pub const POLICY_REJECTIONS_TOTAL: &str = "tailcut_policy_rejections_total";
+/// Repair attempts by route and outcome (`repaired`, `failed`).
+pub const REPAIRS_TOTAL: &str = "tailcut_repairs_total";
+
+/// Registers the help text of every rotation metric (`# HELP` lines on `/metrics`).
+pub fn describe() {
+    use metrics::{describe_counter, describe_histogram, Unit};
+    describe_counter!(
+        LOGICAL_REQUESTS_TOTAL,
+        "Logical client requests by model and outcome (completed, truncated, served_from_cache, diverged, or the error class)"
+    );
+    describe_counter!(
+        FAILOVERS_TOTAL,
+        "Moves from a failed route to another (from, to), by layer (provider_switch within a family, model_switch across families) and result of the new attempt (served, failed, cancelled)"
+    );
+    describe_histogram!(
+        ATTEMPTS_PER_REQUEST,
+        Unit::Count,
+        "Upstream attempts per logical request, hedges, retries and repairs included (retry amplification)"
+    );
+    describe_counter!(
+        ROUTE_CHANGES_TOTAL,
+        "Requests of a session served by a route other than the session's leased route (flapping)"
+    );
+    describe_counter!(
+        UNROUTABLE_TOTAL,
+        "Requests no route served, for reasons not the client's (no_eligible_route, none_reachable, all_failed): tailcut's honest outage count"
+    );
+    describe_histogram!(
+        RECOVERY_SECONDS,
+        Unit::Seconds,
+        "Time from a route's breaker opening to the route's first successful answer after it"
+    );
+    describe_counter!(
+        ANSWER_COST_TOTAL,
+        "Cost of answers (cost_per_1k x tokens / 1000) in millionths of the currency unit, by serving route and outcome"
+    );
+    describe_counter!(
+        POLICY_REJECTIONS_TOTAL,
+        "Routes excluded from a plan by policy, by reason (region, data_terms, pool, capability, max_output, context_length, quality_floor)"
+    );
+    describe_counter!(
+        REPAIRS_TOTAL,
+        "Repair attempts after an answer failed its quality gate, by route and outcome (repaired, failed)"
+    );
+}
+
+/// Counts a plan's exclusions, one per excluded route and reason.
+pub fn policy_rejections(excluded: &[Exclusion]) {
+    for e in excluded {
+        for code in &e.codes {
+            metrics::counter!(POLICY_REJECTIONS_TOTAL, "reason" => code.as_str()).increment(1);
+        }
+    }
+}
+
+/// A request the router could not plan at all: every route excluded.
+pub fn none_eligible(excluded: &[Exclusion]) {
+    policy_rejections(excluded);
+    // A prompt too long for every route is the client's to shorten, not an outage.
+    let clients = !excluded.is_empty()
+        && excluded
+            .iter()
+            .all(|x| x.codes.contains(&crate::types::ExclusionCode::ContextLength));
+    if !clients {
+        metrics::counter!(UNROUTABLE_TOTAL, "reason" => "no_eligible_route").increment(1);
+    }
+}
+
+/// Is a request that ended with error class `class` (its `as_str`) and no serving route an
+/// outage of tailcut's, rather than the client's own doing or the model's answer?
+pub fn is_outage(class: &str) -> bool {
+    ![
+        ErrorClass::BadRequest,
+        ErrorClass::Refusal,
+        ErrorClass::ContextLength,
+        ErrorClass::Unauthenticated,
+        ErrorClass::Forbidden,
+    ]
+    .iter()
+    .any(|c| c.as_str() == class)
+}
+
+/// When each route's breaker was last seen opening (route names come from config: bounded).
+static DOWN_SINCE: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Default::default);
+
+/// `route`'s breaker is open at `now` (kept: the earliest sighting since it last served).
+pub fn route_down(route: &str, now: Instant) {
+    DOWN_SINCE.lock().entry(route.to_string()).or_insert(now);
+}
+
+/// `route` served an answer at `now`: if its breaker had opened, the recovery took this long.
+pub fn route_served(route: &str, now: Instant) {
+    let since = {
+        let mut down = DOWN_SINCE.lock();
+        if down.is_empty() {
+            return;
+        }
+        down.remove(route)
+    };
+    if let Some(since) = since {
+        metrics::histogram!(RECOVERY_SECONDS, "route" => route.to_string())
+            .record(now.saturating_duration_since(since).as_secs_f64());
+    }
+}

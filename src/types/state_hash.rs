@@ -1,0 +1,187 @@
+//! The state hash: a stable hash of a request's canonical history (system, messages, tool
+//! calls and tool results), the same whichever route serves and whichever dialect it came
+//! in or went out in.
+//!
+//! # The canonical form
+//! A JSON document `{"v":1,"system":S,"turns":[...]}`, serialized with sorted keys and no
+//! whitespace, hashed with SHA-256; the state hash is the first 16 bytes in lowercase hex.
+//! - `system`: the text of every system message in order, joined with a blank line
+//!   (`"\n\n"`), as the Anthropic wire carries it.
+//! - `turns`: the other messages in order. Consecutive user messages, and consecutive
+//!   assistant messages, are one turn (the Anthropic wire merges them); tool results are
+//!   never merged. A turn is `{"role", "text", "images", "tool_calls", "tool_call_id"}` with
+//!   empty members left out:
+//!   - `text`: the turn's text parts concatenated, exactly (no trimming);
+//!   - `images`: the image URLs in order;
+//!   - `tool_calls`: `{"id","name","arguments"}` per call the assistant made, `arguments`
+//!     parsed and re-serialized with sorted keys when it is JSON, else kept as text;
+//!   - `tool_call_id`: which call a tool result answers.
+//!
+//! Left out on purpose: the model name, tools offered, sampling, response format, the
+//! message `name` field (not every wire carries it) and anything the gateway adds for an
+//! attempt (a continuation's prefill is not history: the client's history is hashed).
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::{ChatRequest, ContentPart, Message, Role};
+
+/// Bytes of the SHA-256 digest kept in the state hash.
+const HASH_BYTES: usize = 16;
+
+/// The state hash of `req`'s history (see the module doc).
+pub fn state_hash(req: &ChatRequest) -> String {
+    let canonical = canonical_history(&req.messages);
+    // Serializing a `Value` cannot fail; its maps are sorted (no `preserve_order`).
+    let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    hex::encode(&digest[..HASH_BYTES])
+}
+
+/// The canonical form of a history, as hashed.
+pub fn canonical_history(messages: &[Message]) -> Value {
+    let system: Vec<String> = messages
+        .iter()
+        .filter(|m| m.role == Role::System)
+        .map(Message::joined_text)
+        .collect();
+    let mut turns: Vec<Turn> = Vec::new();
+    for m in messages.iter().filter(|m| m.role != Role::System) {
+        let merge = m.role != Role::Tool && turns.last().is_some_and(|t| t.role == m.role);
+        if !merge {
+            turns.push(Turn {
+                role: m.role,
+                text: String::new(),
+                images: Vec::new(),
+                tool_calls: Vec::new(),
+                tool_call_id: m.tool_call_id.clone(),
+            });
+        }
+        let Some(turn) = turns.last_mut() else { continue };
+        for part in &m.content {
+            match part {
+                ContentPart::Text(t) => turn.text.push_str(t),
+                ContentPart::ImageUrl { url } => turn.images.push(Value::String(url.clone())),
+            }
+        }
+        for call in &m.tool_calls {
+            let arguments = serde_json::from_str::<Value>(&call.arguments)
+                .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+            turn.tool_calls
+                .push(json!({"id": call.id, "name": call.name, "arguments": arguments}));
+        }
+    }
+    json!({
+        "v": 1,
+        "system": system.join("\n\n"),
+        "turns": turns.into_iter().map(Turn::into_value).collect::<Vec<_>>(),
+    })
+}
+
+struct Turn {
+    role: Role,
+    text: String,
+    images: Vec<Value>,
+    tool_calls: Vec<Value>,
+    tool_call_id: Option<String>,
+}
+
+impl Turn {
+    fn into_value(self) -> Value {
+        let role = match self.role {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        };
+        let mut out = Map::new();
+        out.insert("role".into(), Value::String(role.into()));
+        if !self.text.is_empty() {
+            out.insert("text".into(), Value::String(self.text));
+        }
+        if !self.images.is_empty() {
+            out.insert("images".into(), Value::Array(self.images));
+        }
+        if !self.tool_calls.is_empty() {
+            out.insert("tool_calls".into(), Value::Array(self.tool_calls));
+        }
+        if let Some(id) = self.tool_call_id {
+            out.insert("tool_call_id".into(), Value::String(id));
+        }
+        Value::Object(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ToolCall;
+
+    fn req(messages: Vec<Message>) -> ChatRequest {
+        ChatRequest {
+            model: "chat".into(),
+            messages,
+            ..ChatRequest::default()
+        }
+    }
+
+    fn history() -> Vec<Message> {
+        let mut call = Message::text(Role::Assistant, "");
+        call.tool_calls.push(ToolCall {
+            index: 0,
+            id: "call_1".into(),
+            name: "weather".into(),
+            arguments: r#"{"city": "Oslo", "unit": "c"}"#.into(),
+        });
+        let mut result = Message::text(Role::Tool, "4 degrees");
+        result.tool_call_id = Some("call_1".into());
+        vec![
+            Message::text(Role::System, "Be brief."),
+            Message::text(Role::User, "Weather in Oslo?"),
+            call,
+            result,
+        ]
+    }
+
+    #[test]
+    fn the_same_history_has_the_same_hash_and_a_different_one_does_not() {
+        let a = state_hash(&req(history()));
+        assert_eq!(a.len(), 32, "16 bytes in hex: {a}");
+        assert_eq!(a, state_hash(&req(history())), "stable");
+        let mut other = history();
+        other.push(Message::text(Role::User, "And tomorrow?"));
+        assert_ne!(a, state_hash(&req(other)), "a new turn changes it");
+        let mut changed = history();
+        changed[3] = Message::text(Role::Tool, "5 degrees");
+        changed[3].tool_call_id = Some("call_1".into());
+        assert_ne!(a, state_hash(&req(changed)), "a tool result is history");
+    }
+
+    #[test]
+    fn wire_shapes_that_carry_the_same_history_hash_the_same() {
+        let base = state_hash(&req(history()));
+        // Anthropic merges consecutive user messages and splits nothing else; key order and
+        // whitespace of JSON arguments are not history; nor are the model and sampling.
+        let mut shaped = history();
+        if let Some(call) = shaped[2].tool_calls.first_mut() {
+            call.arguments = r#"{"unit":"c","city":"Oslo"}"#.into();
+        }
+        let mut r = req(shaped);
+        r.model = "other".into();
+        r.sampling.temperature = Some(0.2);
+        assert_eq!(base, state_hash(&r));
+        let split = vec![
+            Message::text(Role::User, "Weather "),
+            Message::text(Role::User, "in Oslo?"),
+        ];
+        let joined = vec![Message::text(Role::User, "Weather in Oslo?")];
+        assert_eq!(state_hash(&req(split)), state_hash(&req(joined)));
+        let two_systems = vec![
+            Message::text(Role::System, "A"),
+            Message::text(Role::System, "B"),
+            Message::text(Role::User, "hi"),
+        ];
+        let one_system = vec![Message::text(Role::System, "A\n\nB"), Message::text(Role::User, "hi")];
+        assert_eq!(state_hash(&req(two_systems)), state_hash(&req(one_system)));
+    }
+}
