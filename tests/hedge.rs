@@ -282,11 +282,13 @@ async fn budget_caps_hedges() {
         .gateway
         .health()
         .snapshot(Instant::now(), &server.state.config);
+    let fired_by: u64 = fired.iter().map(|r| r.hedges_fired_by).sum();
     let fired: u64 = fired.iter().map(|r| r.hedges_fired).sum();
     assert_eq!(
         hedges as u64, fired,
         "extra upstream requests are exactly the hedges fired"
     );
+    assert_eq!(fired_by, fired, "every hedge fired is counted on its primary's row too");
     assert!(hedges <= total / 10 + 1, "hedges capped at 10% of requests: {hedges}");
     assert!(hedges >= total / 10 - 5, "the budget was used, not starved: {hedges}");
 }

@@ -68,7 +68,10 @@ pub struct RouteHealth {
 #[derive(Default)]
 pub struct RouteCounters {
     pub attempts: AtomicU64,
+    /// Hedges fired as this route (the hedge's target).
     pub hedges_fired: AtomicU64,
+    /// Hedges fired because this route, as the primary, had no first token in time.
+    pub hedges_fired_by: AtomicU64,
     pub hedges_won: AtomicU64,
     pub hedges_lost: AtomicU64,
     pub cancelled: AtomicU64,

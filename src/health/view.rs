@@ -90,6 +90,8 @@ pub struct RouteSnapshot {
     pub error_rate: f64,
     pub attempts: u64,
     pub hedges_fired: u64,
+    /// Hedges fired because this route (the primary) was slow to its first token.
+    pub hedges_fired_by: u64,
     pub hedges_won: u64,
     pub hedges_lost: u64,
     /// User attempts that failed in a way that counts against the route (since start).
@@ -172,6 +174,7 @@ impl Health {
                     error_rate: if volume == 0 { 0.0 } else { s.outcomes.error_rate(now) },
                     attempts: count(&r.counters.attempts),
                     hedges_fired: count(&r.counters.hedges_fired),
+                    hedges_fired_by: count(&r.counters.hedges_fired_by),
                     hedges_won: count(&r.counters.hedges_won),
                     hedges_lost: count(&r.counters.hedges_lost),
                     failures: count(&r.counters.failures),

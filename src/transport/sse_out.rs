@@ -31,7 +31,9 @@ pub const PING_COMMENT: &[u8] = b": ping\n\n";
 
 /// `data: <json>\n\n`: the only frame an OpenAI SDK accepts besides `[DONE]`.
 pub fn data_frame<T: Serialize>(value: &T) -> Bytes {
-    let mut out = b"data: ".to_vec();
+    // Sized for a typical chunk, so a delta's frame is written without regrowing.
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"data: ");
     write_json(&mut out, value);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)

@@ -209,6 +209,11 @@ impl Run {
                 .hedges_fired
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        if let Some(p) = self.mux.health.route(&primary) {
+            p.counters
+                .hedges_fired_by
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.env.hedged = true;
         self.env.hedge = Some(HedgeInfo {
             fired_after_ms: timer.delay.as_millis() as u64,
