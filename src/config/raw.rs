@@ -96,7 +96,7 @@ pub struct RawRoute {
 pub struct RawModel {
     pub routes: Option<Vec<String>>,
     /// `[{ name, routes }, …]`: validated in `routing` (`Validator::families`).
-    pub families: Option<Vec<super::routing::RawFamily>>,
+    pub families: Option<Vec<super::families::RawFamily>>,
     pub rotation: Option<String>,
     pub hedge: Option<bool>,
     pub task: Option<String>,

@@ -105,7 +105,7 @@ impl Validator {
         let sim_raw: RawSim = self.section("sim", table.get("sim"));
         let sim = self.sim(sim_raw);
         let mut routes = self.routes(table.get("routes"), &sim);
-        let eval_raw: super::routing::RawEval = self.section("eval", table.get("eval"));
+        let eval_raw: super::families::RawEval = self.section("eval", table.get("eval"));
         let eval = self.eval_scores(eval_raw, &mut routes);
         let models = self.models(table.get("models"), &routes);
         let tenants = self.tenants(table.get("tenants"), &routes);
