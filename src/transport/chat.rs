@@ -23,8 +23,9 @@ use crate::types::{ChatRequest, Dialect, ErrorClass, EventStream, Priority, Requ
 /// limits, calls the gateway, and hands its events, driven by a pump (`transport::pump`), to
 /// `reply`. Every failure before that is an HTTP error rendered by `error_response`.
 ///
-/// The slot travels with the pump, which releases it at `max_stream_ms` or at the drain's cut
-/// even when the client does not read; the permit `reply` is handed holds nothing (the
+/// The slot travels with the pump, which releases it at `max_stream_ms`, at the drain's cut,
+/// or once the client has taken no event for `client_write_timeout_ms`, even when the client
+/// does not read; the permit `reply` is handed holds nothing (the
 /// dialects' signature predates the pump).
 pub(crate) async fn serve_chat<How, Reply, Replied>(
     state: &AppState,
@@ -77,6 +78,7 @@ where
                 admission.guard(events),
                 slot,
                 state.config.server.max_stream,
+                state.config.server.client_write_timeout,
                 state.drain.cut_token(),
             );
             reply(events, how, no_permit).await
