@@ -100,3 +100,96 @@ async fn an_http2_stream_that_is_not_read_is_dropped_at_the_write_timeout_though
     );
     drop(held);
 }
+
+/// `count` tools whose schemas each hold one regex that takes tens of milliseconds to
+/// compile: a few kilobytes that would cost seconds of a worker thread per attempt.
+fn costly_tools(count: usize, anthropic: bool) -> Vec<serde_json::Value> {
+    (0..count)
+        .map(|i| {
+            let schema = serde_json::json!({
+                "type": "object",
+                "properties": {"a": {"type": "string", "pattern": format!("^(\\w{{1,200}}){{1,200}}{i}$")}},
+            });
+            if anthropic {
+                serde_json::json!({"name": format!("t{i}"), "input_schema": schema})
+            } else {
+                serde_json::json!({"type": "function", "function": {"name": format!("t{i}"), "parameters": schema}})
+            }
+        })
+        .collect()
+}
+
+fn quick() -> String {
+    with_server(
+        "quick",
+        "[sim.scenarios.quick]\ntext = \"quick\"\nttft = { median_ms = 5.0, sigma = 0.0 }\ninter_token_ms = 1.0\n",
+        "",
+    )
+}
+
+#[tokio::test]
+async fn tool_schemas_with_too_many_regexes_are_a_400_naming_the_limit_before_any_upstream() {
+    let server = start(&quick()).await;
+    let limit = tailcut::transport::tool_cost::MAX_SCHEMA_PATTERNS;
+    let mut openai = chat_body(true);
+    openai["tools"] = serde_json::Value::Array(costly_tools(limit + 1, false));
+    let resp = post_chat(&server, &openai).await;
+    assert_eq!(resp.status(), 400, "refused");
+    let body: serde_json::Value = resp.json().await.expect("a JSON error");
+    assert_eq!(
+        body["error"]["code"], "max_schema_patterns_exceeded",
+        "the OpenAI error names the limit: {body}"
+    );
+    assert_eq!(body["error"]["param"], "tools", "and the field: {body}");
+
+    let anthropic = serde_json::json!({
+        "model": "chat", "max_tokens": 16, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": costly_tools(limit + 1, true),
+    });
+    let resp = client()
+        .post(server.url("/v1/messages"))
+        .json(&anthropic)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status(), 400, "refused in the Anthropic dialect too");
+    let text = resp.text().await.unwrap_or_default();
+    assert!(text.contains("pattern"), "the Anthropic error names the limit: {text}");
+
+    let mut ws = ws_connect(&server, None).await.expect("ws connects");
+    let chat = serde_json::json!({"type": "chat", "id": "c1", "request": openai});
+    futures::SinkExt::send(&mut ws, tokio_tungstenite::tungstenite::Message::text(chat.to_string()))
+        .await
+        .expect("ws send");
+    let reply = ws_next(&mut ws).await;
+    assert_eq!(reply["type"], "error", "the WebSocket refuses it too: {reply}");
+    assert!(
+        reply.to_string().contains("max_schema_patterns_exceeded") || reply.to_string().contains("pattern"),
+        "naming the limit: {reply}"
+    );
+
+    let sim = server.sim.as_ref().expect("the simulated upstream");
+    assert!(sim.log().is_empty(), "no upstream was asked: {:?}", sim.log());
+
+    // At the limit the request is served.
+    let mut ok = chat_body(true);
+    ok["tools"] = serde_json::Value::Array(costly_tools(limit, false));
+    let reply = post_sse(&server.url(""), &ok, &[]).await;
+    assert_eq!(reply.status, 200, "at the limit it is served");
+}
+
+#[tokio::test]
+async fn more_tools_than_openai_allows_is_a_400_naming_the_limit() {
+    let server = start(&quick()).await;
+    let limit = tailcut::transport::tool_cost::MAX_TOOLS;
+    let tools: Vec<serde_json::Value> = (0..=limit)
+        .map(|i| serde_json::json!({"type": "function", "function": {"name": format!("t{i}"), "parameters": {"type": "object"}}}))
+        .collect();
+    let mut body = chat_body(true);
+    body["tools"] = serde_json::Value::Array(tools);
+    let resp = post_chat(&server, &body).await;
+    assert_eq!(resp.status(), 400, "refused");
+    let json: serde_json::Value = resp.json().await.expect("a JSON error");
+    assert_eq!(json["error"]["code"], "max_tools_exceeded", "names the limit: {json}");
+}

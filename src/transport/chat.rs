@@ -18,7 +18,8 @@ use crate::types::{ChatRequest, Dialect, ErrorClass, EventStream, Priority, Requ
 /// Builds the `RequestCtx` from the headers, refuses new requests while draining (503 with
 /// Retry-After, code `draining`), checks the caller's key or token (`auth`; `query_token`
 /// only where browsers cannot send headers), runs `prepare` (decode the request, adjust the
-/// context, and say how the answer is to be sent), takes a slot at the stream gate for the
+/// context, and say how the answer is to be sent), bounds what its tool schemas cost to
+/// compile (`transport::tool_cost`), takes a slot at the stream gate for the
 /// request's final priority (none left → busy), admits it against the key's models and
 /// limits, calls the gateway, and hands its events, driven by a pump (`transport::pump`), to
 /// `reply`. Every failure before that is an HTTP error rendered by `error_response`.
@@ -55,6 +56,9 @@ where
         Ok(prepared) => prepared,
         Err(e) => return error_response(&e, &ctx.request_id),
     };
+    if let Err(e) = super::tool_cost::check(&req) {
+        return error_response(&e.into(), &ctx.request_id);
+    }
     // `prepare` may have set the priority (native options): cap it by the key again, and by
     // the tenant as the gateway will, so the gate sees the priority the request really has.
     if let Err(refusal) = caller.bind(&mut ctx) {
