@@ -193,3 +193,38 @@ async fn more_tools_than_openai_allows_is_a_400_naming_the_limit() {
     let json: serde_json::Value = resp.json().await.expect("a JSON error");
     assert_eq!(json["error"]["code"], "max_tools_exceeded", "names the limit: {json}");
 }
+
+#[tokio::test]
+async fn a_tailcut_header_that_is_not_visible_ascii_is_a_400_naming_it_not_ignored() {
+    // `x-tailcut-region` narrows where a request may go: read as absent, it would silently
+    // widen the request to every region.
+    let server = start(&quick()).await;
+    for name in ["x-tailcut-region", "x-tailcut-response-type", "x-tailcut-priority"] {
+        let value = reqwest::header::HeaderValue::from_bytes(b"eu\xff").expect("obs-text is a valid header value");
+        let resp = client()
+            .post(server.url("/v1/chat/completions"))
+            .header(name, value.clone())
+            .json(&chat_body(true))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(resp.status(), 400, "{name} with a non-ASCII byte is refused");
+        let body: serde_json::Value = resp.json().await.expect("a JSON error");
+        assert!(
+            body["error"]["message"].as_str().unwrap_or_default().contains(name),
+            "the error names {name}: {body}"
+        );
+
+        let url = server.url("/v1/ws").replacen("http://", "ws://", 1);
+        let mut req =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url).expect("a ws request");
+        req.headers_mut().insert(name, value);
+        let refused = tokio_tungstenite::connect_async(req).await;
+        assert!(
+            refused.is_err(),
+            "the WebSocket upgrade refuses {name} with a non-ASCII byte too"
+        );
+    }
+    let sim = server.sim.as_ref().expect("the simulated upstream");
+    assert!(sim.log().is_empty(), "no upstream was asked: {:?}", sim.log());
+}
