@@ -6,6 +6,8 @@ mod support;
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use support::*;
 use tailcut::sim::SimEnd;
 
@@ -227,4 +229,40 @@ async fn a_tailcut_header_that_is_not_visible_ascii_is_a_400_naming_it_not_ignor
     }
     let sim = server.sim.as_ref().expect("the simulated upstream");
     assert!(sim.log().is_empty(), "no upstream was asked: {:?}", sim.log());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http2_request_body_that_stalls_gets_a_408_at_the_body_timeout() {
+    let server = start(&with_server(
+        "quick",
+        "[sim.scenarios.quick]\ntext = \"quick\"\nttft = { median_ms = 5.0, sigma = 0.0 }\ninter_token_ms = 1.0\n",
+        "body_read_timeout_ms = 2000\n",
+    ))
+    .await;
+    // Half a JSON body, then nothing, with the stream left open.
+    let part = futures::stream::iter([Ok::<_, std::io::Error>(bytes_of("{\"model\": \"chat\", \"mess"))])
+        .chain(futures::stream::pending());
+    let started = tokio::time::Instant::now();
+    let resp = tokio::time::timeout(
+        Duration::from_secs(60),
+        h2_client()
+            .post(server.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(part))
+            .send(),
+    )
+    .await
+    .expect("answered, not held")
+    .expect("sent over h2");
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2, "over HTTP/2");
+    assert_eq!(resp.status(), 408, "a stalled body is a 408");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(4),
+        "at the body timeout: {waited:?}"
+    );
+}
+
+fn bytes_of(text: &'static str) -> bytes::Bytes {
+    bytes::Bytes::from_static(text.as_bytes())
 }
