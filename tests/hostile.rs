@@ -1,6 +1,7 @@
-//! Hostile clients the other suites do not play: an HTTP/2 client that stops reading one
-//! stream while its connection stays alive, oversized and too many headers, hostile
-//! WebSocket frames, and malformed resume requests.
+//! Hostile clients the other suites do not play, over real sockets: an HTTP/2 client that
+//! never opens one stream's window while its connection stays alive, an HTTP/2 body that
+//! stalls, tool schemas built to be expensive to compile, and `x-tailcut-*` headers with
+//! bytes that are not visible ASCII.
 
 mod support;
 
@@ -80,6 +81,7 @@ async fn an_http2_stream_that_is_not_read_is_dropped_at_the_write_timeout_though
         assert_eq!(resp.version(), reqwest::Version::HTTP_2, "over HTTP/2");
         held.push(resp);
     }
+    let started = tokio::time::Instant::now();
     let busy = post_chat(&server, &chat_body(true)).await;
     assert_eq!(
         busy.status(),
@@ -90,6 +92,11 @@ async fn an_http2_stream_that_is_not_read_is_dropped_at_the_write_timeout_though
         r.end == Some(SimEnd::ClientClosed)
     })
     .await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+        "at the write timeout (2 s after the queue filled), not at max_stream_ms: {waited:?}"
+    );
     assert_eq!(
         server.state.streams.available_permits(),
         streams,
