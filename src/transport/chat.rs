@@ -15,17 +15,20 @@ use super::pump::pump;
 use crate::transport::AppState;
 use crate::types::{ChatRequest, Dialect, ErrorClass, EventStream, Priority, RequestCtx};
 
-/// Builds the `RequestCtx` from the headers, refuses new requests while draining (503 with
-/// Retry-After, code `draining`), checks the caller's key or token (`auth`; `query_token`
-/// only where browsers cannot send headers), runs `prepare` (decode the request, adjust the
-/// context, and say how the answer is to be sent), takes a slot at the stream gate for the
-/// request's final priority (none left → busy), admits it against the key's models and
-/// limits, calls the gateway, and hands its events, driven by a pump (`transport::pump`), to
-/// `reply`. Every failure before that is an HTTP error rendered by `error_response`.
+/// Refuses an `x-tailcut-*` header it cannot read, builds the `RequestCtx` from the headers,
+/// refuses new requests while draining (503 with Retry-After, code `draining`), checks the
+/// caller's key or token (`auth`; `query_token` only where browsers cannot send headers), runs
+/// `prepare` (decode the request, adjust the context, and say how the answer is to be sent),
+/// bounds what its tool schemas cost to compile (`transport::tool_cost`), takes a slot at the
+/// stream gate for the request's final priority (none left → busy), admits it against the
+/// key's models and limits, calls the gateway, and hands its events, driven by a pump
+/// (`transport::pump`), to `reply`. Every failure before that is an HTTP error rendered by
+/// `error_response`.
 ///
-/// The slot travels with the pump, which releases it at `max_stream_ms` or at the drain's cut
-/// even when the client does not read; the permit `reply` is handed holds nothing (the
-/// dialects' signature predates the pump).
+/// The slot travels with the pump, which releases it at `max_stream_ms`, at the drain's cut,
+/// or once the client has taken no event for `client_write_timeout_ms`, even when the client
+/// does not read; the permit `reply` is handed holds nothing (the dialects' signature predates
+/// the pump).
 pub(crate) async fn serve_chat<How, Reply, Replied>(
     state: &AppState,
     headers: &HeaderMap,
@@ -39,6 +42,9 @@ where
     Reply: FnOnce(EventStream, How, OwnedSemaphorePermit) -> Replied,
     Replied: Future<Output = Response>,
 {
+    if let Some(refused) = unreadable_header(headers) {
+        return error_response(&refused, &RequestCtx::new(dialect).request_id);
+    }
     let mut ctx = match RequestCtx::from_headers(headers, dialect) {
         Ok(ctx) => ctx,
         Err(e) => return error_response(&ErrorReply::from_gateway(&e), &RequestCtx::new(dialect).request_id),
@@ -54,6 +60,9 @@ where
         Ok(prepared) => prepared,
         Err(e) => return error_response(&e, &ctx.request_id),
     };
+    if let Err(e) = super::tool_cost::check(&req) {
+        return error_response(&e.into(), &ctx.request_id);
+    }
     // `prepare` may have set the priority (native options): cap it by the key again, and by
     // the tenant as the gateway will, so the gate sees the priority the request really has.
     if let Err(refusal) = caller.bind(&mut ctx) {
@@ -77,12 +86,26 @@ where
                 admission.guard(events),
                 slot,
                 state.config.server.max_stream,
+                state.config.server.client_write_timeout,
                 state.drain.cut_token(),
             );
             reply(events, how, no_permit).await
         }
         Err(e) => error_response(&ErrorReply::from_gateway(&e), &request_id),
     }
+}
+
+/// A 400 naming the first `x-tailcut-*` header whose value is not visible ASCII.
+/// `RequestCtx::from_headers` reads such a value as absent, and a header that narrows a
+/// request (`x-tailcut-region`, `x-tailcut-tenant`) or steers it would then silently not.
+pub(crate) fn unreadable_header(headers: &HeaderMap) -> Option<ErrorReply> {
+    let (name, _) = headers
+        .iter()
+        .find(|(name, value)| name.as_str().starts_with("x-tailcut-") && value.to_str().is_err())?;
+    Some(ErrorReply {
+        param: Some(name.to_string()),
+        ..ErrorReply::bad_request(format!("{name} must be visible ASCII text"))
+    })
 }
 
 /// The request's priority after its tenant's cap (the gateway applies the same cap later).

@@ -25,6 +25,7 @@
 //!   the drain's cut hold even for a client that does not read.
 //! - `drain`: the shutdown signal (begun, cut) and the in-band `draining` error.
 //! - `body`: what a chat body must be before decoding (JSON, within the cost limits).
+//! - `tool_cost`: what a decoded request's tool schemas may cost to compile.
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
 //! - `error`: errors as clients see them, rendered by each dialect.
@@ -49,6 +50,7 @@ pub mod replay;
 pub mod sse_out;
 mod state;
 pub mod streams;
+pub mod tool_cost;
 pub mod ws;
 
 use axum::routing::{any, delete, get, post};

@@ -11,6 +11,12 @@
 //! - the reader went away (the returned stream was dropped: the task is aborted);
 //! - `max_stream` passed since the commit (`Start`): the reader then gets, after what was
 //!   already queued, the same truncated `Finish` the mux sends at its own cap;
+//! - the reader took no event for `stall` (`client_write_timeout_ms`) while one waited to be
+//!   queued. Over HTTP/1 the socket's write timeout finds such a client too, but an HTTP/2
+//!   client can keep its connection alive (reading other streams, answering pings) while
+//!   never opening one stream's flow-control window: hyper then never polls that body, and
+//!   only this timer releases the stream's slot and upstream. The reader gets what was
+//!   queued and then an unfinished end;
 //! - the drain cut it: the reader then gets a `draining` error after what was queued.
 //!
 //! Memory per stream is bounded by the channel (`CAPACITY` events) however slow the reader.
@@ -38,11 +44,20 @@ enum Stop {
     Capped(Envelope),
     /// The drain cut the stream.
     Cut(Envelope),
+    /// The reader took no event for `stall`.
+    Stalled,
 }
 
 /// Drives `events` in a task of its own, holding `slot` until it ends; the returned stream
-/// reads what it queued. `max_stream` counts from `Start`; `cut` is the drain's cut.
-pub fn pump<S>(mut events: EventStream, slot: S, max_stream: Duration, cut: CancellationToken) -> EventStream
+/// reads what it queued. `max_stream` counts from `Start`; `stall` is how long a queued event
+/// may wait for the reader; `cut` is the drain's cut.
+pub fn pump<S>(
+    mut events: EventStream,
+    slot: S,
+    max_stream: Duration,
+    stall: Duration,
+    cut: CancellationToken,
+) -> EventStream
 where
     S: Send + 'static,
 {
@@ -71,11 +86,21 @@ where
                 envelope = env.clone();
             }
             let terminal = matches!(event, StreamEvent::Finish { .. } | StreamEvent::Error(_));
-            tokio::select! {
-                biased;
-                _ = cut.cancelled() => break Stop::Cut(envelope),
-                _ = cap(capped_at) => break Stop::Capped(envelope),
-                sent = tx.send(event) => if sent.is_err() { break Stop::Ended },
+            // A reader keeping up finds room at once: no timer is armed for it.
+            let event = match tx.try_send(event) {
+                Ok(()) => None,
+                Err(mpsc::error::TrySendError::Closed(_)) => break Stop::Ended,
+                Err(mpsc::error::TrySendError::Full(event)) => Some(event),
+            };
+            if let Some(event) = event {
+                let stalled_at = Instant::now() + stall;
+                tokio::select! {
+                    biased;
+                    _ = cut.cancelled() => break Stop::Cut(envelope),
+                    _ = cap(capped_at) => break Stop::Capped(envelope),
+                    _ = sleep_until(stalled_at) => break Stop::Stalled,
+                    sent = tx.send(event) => if sent.is_err() { break Stop::Ended },
+                }
             }
             if terminal {
                 break Stop::Ended;
@@ -85,6 +110,12 @@ where
         // learns why: by then nothing of this stream is held but what is queued.
         drop(events);
         drop(_slot);
+        if matches!(stop, Stop::Stalled) {
+            tracing::info!(
+                stall_ms = stall.as_millis() as u64,
+                "the client took no event for client_write_timeout_ms; its stream was dropped"
+            );
+        }
         let _ = stop_tx.send(stop);
     });
     let abort = AbortOnDrop(task);
@@ -96,8 +127,9 @@ where
         match stop_rx.await {
             Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(cut_event(envelope)),
             Ok(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope },
-            // Ended, or the task is gone: the dialect renders an unfinished stream honestly.
-            Ok(Stop::Ended) | Err(_) => {}
+            // Ended, stalled, or the task is gone: the dialect renders an unfinished stream
+            // honestly.
+            Ok(Stop::Ended | Stop::Stalled) | Err(_) => {}
         }
     })
 }
@@ -152,6 +184,7 @@ mod tests {
             endless(upstream.clone()),
             Slot(slot.clone()),
             Duration::from_secs(60),
+            Duration::from_secs(600),
             CancellationToken::new(),
         );
         assert!(
@@ -185,11 +218,60 @@ mod tests {
         );
     }
 
+    /// Lets `ms` of paused time pass in 10 ms steps, so `endless` produces as it would.
+    async fn run_for(ms: u64) {
+        for _ in 0..ms / 10 {
+            tokio::time::advance(Duration::from_millis(10)).await;
+            settle().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_that_takes_no_event_for_the_stall_time_loses_its_upstream_and_slot() {
+        let (upstream, slot) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let mut out = pump(
+            endless(upstream.clone()),
+            Slot(slot.clone()),
+            Duration::from_secs(600),
+            Duration::from_secs(5),
+            CancellationToken::new(),
+        );
+        // A slow reader: one event every 4 s, within the stall time, with the queue full.
+        for _ in 0..4 {
+            run_for(4_000).await;
+            assert!(
+                !upstream.load(Ordering::SeqCst),
+                "a reader within the stall time keeps its upstream"
+            );
+            assert!(out.next().await.is_some(), "a slow reader is still served");
+        }
+        // Then it stops reading.
+        run_for(4_500).await;
+        assert!(!upstream.load(Ordering::SeqCst), "not before the stall time");
+        run_for(600).await;
+        assert!(
+            upstream.load(Ordering::SeqCst),
+            "the upstream is closed once no event was taken for 5 s"
+        );
+        assert!(slot.load(Ordering::SeqCst), "and the slot released");
+        let rest: Vec<StreamEvent> = out.collect().await;
+        assert!(
+            rest.len() <= CAPACITY && rest.iter().all(|e| matches!(e, StreamEvent::TextDelta(_))),
+            "the reader gets only what was queued, then an unfinished end: {rest:?}"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_cut_ends_a_stream_with_a_draining_error_after_what_was_queued() {
         let upstream = Arc::new(AtomicBool::new(false));
         let cut = CancellationToken::new();
-        let mut out = pump(endless(upstream.clone()), (), Duration::from_secs(600), cut.clone());
+        let mut out = pump(
+            endless(upstream.clone()),
+            (),
+            Duration::from_secs(600),
+            Duration::from_secs(600),
+            cut.clone(),
+        );
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
         assert!(matches!(out.next().await, Some(StreamEvent::TextDelta(_))), "a delta");
         cut.cancel();
@@ -208,6 +290,7 @@ mod tests {
         let mut out = pump(
             endless(upstream.clone()),
             Slot(slot.clone()),
+            Duration::from_secs(600),
             Duration::from_secs(600),
             CancellationToken::new(),
         );
@@ -228,9 +311,15 @@ mod tests {
                 envelope: Envelope::default(),
             },
         ]));
-        let out: Vec<StreamEvent> = pump(events, (), Duration::from_secs(1), CancellationToken::new())
-            .collect()
-            .await;
+        let out: Vec<StreamEvent> = pump(
+            events,
+            (),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            CancellationToken::new(),
+        )
+        .collect()
+        .await;
         assert_eq!(out.len(), 3, "every event, nothing added: {out:?}");
         assert!(
             matches!(

@@ -54,6 +54,10 @@ pub async fn upgrade(
         };
         return json_response(403, HeaderMap::new(), body.to_json().into_bytes());
     }
+    if let Some(refused) = super::chat::unreadable_header(&headers) {
+        let body = ServerMessage::from_reply(None, &refused).to_json();
+        return json_response(refused.status, HeaderMap::new(), body.into_bytes());
+    }
     let mut base = match RequestCtx::from_headers(&headers, Dialect::Native) {
         Ok(ctx) => ctx,
         Err(e) => {

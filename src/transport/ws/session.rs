@@ -184,7 +184,8 @@ where
         if let Some(reply) = self.refuse_open(&id) {
             return send_error(slot, Some(id), reply);
         }
-        let mut req = match decode_value(request) {
+        let mut req = match decode_value(request).and_then(|req| crate::transport::tool_cost::check(&req).map(|()| req))
+        {
             Ok(req) => req,
             Err(e) => return send_error(slot, Some(id), e.into()),
         };
