@@ -14,6 +14,8 @@ FROM rust:1-slim-bookworm AS build
 WORKDIR /src
 COPY . .
 # Only the server (the benchmark crate is not shipped); --locked builds what Cargo.lock says.
+# The release profile keeps line tables for profiling; the image ships a stripped binary.
+ENV CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p tailcut --bin tailcut \
