@@ -25,26 +25,6 @@ fn with_server(scenario: &str, extra: &str, keys: &str) -> String {
     config_toml(&[("a", "openai", scenario)], extra).replacen("[server]\n", &format!("[server]\n{keys}\n"), 1)
 }
 
-/// Waits (bounded, on the tokio clock) until `count` of the simulated upstream's requests
-/// satisfy `pred`; says how many did if they never do.
-async fn wait_for_count(
-    server: &tailcut::server::Running,
-    what: &str,
-    count: usize,
-    pred: impl Fn(&tailcut::sim::SimRecord) -> bool,
-) {
-    let sim = server.sim.as_ref().expect("the simulated upstream");
-    let mut seen = 0;
-    for _ in 0..2000 {
-        seen = sim.log().iter().filter(|r| pred(r)).count();
-        if seen >= count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{what}: {seen} of {count}");
-}
-
 /// An HTTP/2 (prior knowledge) client whose streams get a small flow-control window that is
 /// only reopened as the body is read: a stream whose body is never read stalls at once,
 /// while the connection itself stays alive (pings are answered).

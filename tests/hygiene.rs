@@ -324,26 +324,6 @@ async fn start_on(toml: &str, send_buffer: Option<u32>) -> tailcut::server::Runn
     tailcut::server::start(config, listener).await.expect("server starts")
 }
 
-/// Waits (bounded, on the tokio clock) until `count` of the simulated upstream's requests
-/// satisfy `pred`; says how many did if they never do.
-async fn wait_for_count(
-    server: &tailcut::server::Running,
-    what: &str,
-    count: usize,
-    pred: impl Fn(&tailcut::sim::SimRecord) -> bool,
-) {
-    let sim = server.sim.as_ref().expect("the simulated upstream");
-    let mut seen = 0;
-    for _ in 0..2000 {
-        seen = sim.log().iter().filter(|r| pred(r)).count();
-        if seen >= count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{what}: {seen} of {count}");
-}
-
 /// A client socket with a tiny receive buffer that sends one streaming chat and never reads.
 async fn non_reader(addr: std::net::SocketAddr, body: &Value) -> TcpStream {
     let socket = TcpSocket::new_v4().expect("socket");

@@ -2,7 +2,6 @@
 //! client keys and their limits, the metrics handle, the drain signal). The server builds
 //! it; the transports read it.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -31,8 +30,6 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     /// Shutdown: begun (`/readyz` 503, new chats refused) and cut (streams end in-band).
     pub drain: Drain,
-    /// Set once shutdown began (the same flag as `drain.is_draining()`).
-    pub draining: Arc<AtomicBool>,
     /// Resumable streams (`POST /v1/streams`, WebSocket requests); `cut_all` at drain's end.
     pub resumable: Arc<Registry>,
 }
@@ -50,7 +47,6 @@ impl AppState {
             gateway,
             config,
             metrics: crate::telemetry::install(),
-            draining: drain.flag(),
             drain,
             resumable,
         }

@@ -226,3 +226,18 @@ pub async fn ws_next(ws: &mut Ws) -> Value {
         }
     }
 }
+
+/// Waits (bounded, on the tokio clock) until `count` of the simulated upstream's requests
+/// satisfy `pred`; says how many did if they never do.
+pub async fn wait_for_count(server: &Running, what: &str, count: usize, pred: impl Fn(&SimRecord) -> bool) {
+    let sim = server.sim.as_ref().expect("the simulated upstream");
+    let mut seen = 0;
+    for _ in 0..2000 {
+        seen = sim.log().iter().filter(|r| pred(r)).count();
+        if seen >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what}: {seen} of {count}");
+}
