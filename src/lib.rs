@@ -55,6 +55,7 @@ pub mod mux;
 pub mod provider;
 pub mod router;
 pub mod server;
+pub mod shared;
 pub mod sim;
 pub mod telemetry;
 pub mod transport;

@@ -51,6 +51,14 @@ pub fn missing_env(config: &Config) -> Vec<(Severity, ConfigProblem)> {
             "browser tokens stay off",
         );
     }
+    if let Some(var) = &config.state.redis_url_env {
+        check(
+            Severity::Warning,
+            "state.redis_url_env".into(),
+            var,
+            "state stays local to this instance",
+        );
+    }
     out
 }
 

@@ -11,6 +11,7 @@ mod routes;
 mod routing;
 mod sections;
 mod server;
+mod state;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ pub use env::{missing_env, Severity};
 pub use families::{EvalConfig, Family, Rotation};
 pub use sections::normalize_origin;
 pub use server::{RequestLimits, ServerConfig, StreamsConfig};
+pub use state::{redis_host, StateConfig};
 pub use validate::{load_file, load_str, resolve_addr, ConfigError, ConfigProblem};
 
 use crate::sim::Scenario;
@@ -54,6 +56,8 @@ pub struct Config {
     pub auth: Option<AuthConfig>,
     /// `[eval]`: measured scores loaded into the routes' quality.
     pub eval: EvalConfig,
+    /// `[state]`: in memory, or shared through Redis.
+    pub state: StateConfig,
 }
 
 impl Config {

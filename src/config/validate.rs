@@ -72,7 +72,7 @@ pub(super) struct Validator {
 
 const TOP_LEVEL: &[&str] = &[
     "server", "routes", "models", "tenants", "hedge", "policies", "limits", "breaker", "ranking", "leases", "cache",
-    "sim", "auth", "extends", "eval",
+    "sim", "auth", "extends", "eval", "state",
 ];
 
 impl Validator {
@@ -107,6 +107,8 @@ impl Validator {
         let mut routes = self.routes(table.get("routes"), &sim);
         let eval_raw: super::families::RawEval = self.section("eval", table.get("eval"));
         let eval = self.eval_scores(eval_raw, &mut routes);
+        let state_raw: super::state::RawState = self.section("state", table.get("state"));
+        let state = self.state(state_raw);
         let models = self.models(table.get("models"), &routes);
         let tenants = self.tenants(table.get("tenants"), &routes);
         let policies = self.policies(table.get("policies"));
@@ -126,6 +128,7 @@ impl Validator {
             sim,
             auth,
             eval,
+            state,
         }
     }
 

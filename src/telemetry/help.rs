@@ -9,10 +9,20 @@ use super::*;
 /// telemetry imports nothing above it; tests/metrics_help.rs checks the rendered names.
 const PROBES_TOTAL: &str = "tailcut_breaker_probes_total";
 const AUTH_REFUSALS_TOTAL: &str = "tailcut_auth_refusals_total";
+const REDIS_UP: &str = "tailcut_redis_up";
+const REDIS_ERRORS_TOTAL: &str = "tailcut_redis_errors_total";
 
 /// Every metric tailcut records, with its description. A new metric is described here too.
 pub(super) fn describe_all() {
     describe_counter!(REQUESTS_TOTAL, "Chat requests accepted by the gateway, by model.");
+    describe_gauge!(
+        REDIS_UP,
+        "1 while the shared-state Redis answered its last operation, 0 while this instance serves with local state."
+    );
+    describe_counter!(
+        REDIS_ERRORS_TOTAL,
+        "Shared-state Redis operations that failed or timed out, by operation."
+    );
     describe_gauge!(ACTIVE_STREAMS, "Client answer streams open right now.");
     describe_histogram!(
         TTFT_SECONDS,

@@ -42,9 +42,14 @@ pub fn routes() -> Router<AppState> {
 
 async fn readyz(State(state): State<AppState>) -> Response {
     if state.drain.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
-    } else {
-        "ready".into_response()
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
+    }
+    // Redis down never makes the instance unready: it serves with local state, and says so.
+    match &state.shared {
+        Some(shared) if !shared.ping().await => {
+            format!("ready; redis {} unreachable: serving with local state", shared.host()).into_response()
+        }
+        _ => "ready".into_response(),
     }
 }
 

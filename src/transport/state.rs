@@ -9,6 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::shared::Shared;
 use crate::transport::auth::Access;
 use crate::transport::drain::Drain;
 use crate::transport::streams::Registry;
@@ -32,6 +33,8 @@ pub struct AppState {
     pub drain: Drain,
     /// Resumable streams (`POST /v1/streams`, WebSocket requests); `cut_all` at drain's end.
     pub resumable: Arc<Registry>,
+    /// `[state] redis_url`: state shared with other instances, or `None` (local only).
+    pub shared: Option<Arc<Shared>>,
 }
 
 impl AppState {
@@ -40,7 +43,14 @@ impl AppState {
         let resumable = Arc::new(Registry::new(config.server.streams.clone()));
         let gate = StreamGate::new(config.server.max_streams, config.server.batch_max_share);
         let drain = Drain::default();
+        // The validator already parsed the URL, so this only fails on a URL read from
+        // `redis_url_env`; then the instance runs on local state and says so.
+        let shared = Shared::start(&config.state).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "shared state is off: serving with local state");
+            None
+        });
         AppState {
+            shared,
             streams: Arc::clone(gate.all()),
             gate,
             access: Arc::new(Access::new(&config)),
