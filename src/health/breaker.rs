@@ -104,6 +104,11 @@ pub struct Breaker {
     opened_reason: Option<String>,
     /// Times the breaker has opened; tickets from an older epoch are stragglers.
     epoch: u64,
+    /// The earliest opening not yet followed by a success (any opening: a trip, a drill, a
+    /// failed probe): where the route's recovery time is counted from.
+    down_since: Option<Instant>,
+    /// A recovery time measured at the first success after the breaker closed, until taken.
+    recovered: Option<Duration>,
 }
 
 impl Breaker {
@@ -116,6 +121,8 @@ impl Breaker {
             consecutive_failures: 0,
             opened_reason: None,
             epoch: 0,
+            down_since: None,
+            recovered: None,
         }
     }
 
@@ -196,9 +203,26 @@ impl Breaker {
             Phase::Closed => {
                 self.outcomes.record(now, true);
                 self.consecutive_failures = 0;
+                self.note_recovered(now);
             }
-            Phase::HalfOpen { .. } if ticket.probe => self.close(),
+            Phase::HalfOpen { .. } if ticket.probe => {
+                self.close();
+                self.note_recovered(now);
+            }
             Phase::HalfOpen { .. } | Phase::Open { .. } => {}
+        }
+    }
+
+    /// The recovery time measured since it was last taken: from the earliest opening of an
+    /// outage (a trip, a drill or a failed probe's reopening) to the first success after
+    /// the breaker closed again. Taken once (`tailcut_recovery_seconds`).
+    pub fn take_recovery(&mut self) -> Option<Duration> {
+        self.recovered.take()
+    }
+
+    fn note_recovered(&mut self, now: Instant) {
+        if let Some(since) = self.down_since.take() {
+            self.recovered = Some(now.saturating_duration_since(since));
         }
     }
 
@@ -302,6 +326,7 @@ impl Breaker {
     }
 
     fn open(&mut self, now: Instant, reason: String) {
+        self.down_since.get_or_insert(now);
         self.phase = Phase::Open {
             until: now + self.cooldown,
         };
@@ -824,5 +849,53 @@ mod tests {
             assert_eq!(ProbeMode::parse(mode.as_str()), Some(mode), "{mode:?} round-trips");
         }
         assert_eq!(ProbeMode::parse("sometimes"), None, "unknown label");
+    }
+    #[tokio::test(start_paused = true)]
+    async fn recovery_counts_from_a_drill_through_a_failed_probe_to_the_first_success() {
+        let t0 = Instant::now();
+        let mut breaker = open_breaker(t0);
+        assert_eq!(breaker.take_recovery(), None, "nothing measured while open");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let probe = breaker.try_probe(Instant::now()).expect("cooled: a probe may run");
+        breaker.on_failure(Instant::now(), probe);
+        assert_eq!(
+            breaker.state(Instant::now()).as_str(),
+            "open",
+            "the failed probe reopened it"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let probe = breaker.try_probe(Instant::now()).expect("cooled again");
+        breaker.on_first_token(probe);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        breaker.on_success(Instant::now(), probe);
+        assert_eq!(
+            breaker.take_recovery(),
+            Some(Duration::from_millis(3500)),
+            "from the drill's opening, not the reopening, to the first success"
+        );
+        assert_eq!(breaker.take_recovery(), None, "taken once");
+        succeed(&mut breaker, Instant::now());
+        assert_eq!(breaker.take_recovery(), None, "later successes measure nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tripped_breaker_recovers_at_the_first_user_success_after_traffic_probes() {
+        let t0 = Instant::now();
+        let mut breaker = Breaker::new(BreakerConfig {
+            consecutive_failures: 2,
+            ..BreakerConfig::default()
+        });
+        fail(&mut breaker, t0);
+        fail(&mut breaker, t0);
+        assert_eq!(breaker.state(t0).as_str(), "open", "tripped");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let probe = admit(&mut breaker, Instant::now());
+        tokio::time::advance(Duration::from_millis(200)).await;
+        breaker.on_success(Instant::now(), probe);
+        assert_eq!(
+            breaker.take_recovery(),
+            Some(Duration::from_millis(1200)),
+            "trip to success"
+        );
     }
 }

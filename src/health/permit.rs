@@ -82,6 +82,9 @@ impl RoutePermit {
     pub fn success(mut self, now: Instant) {
         let mut s = self.health.routes[self.idx].state.lock();
         s.breaker.on_success(now, self.ticket);
+        if let Some(took) = s.breaker.take_recovery() {
+            crate::telemetry::rotation::recovered(&self.health.routes[self.idx].name, took);
+        }
         s.admission.on_success();
         if self.kind == PermitKind::Attempt {
             s.outcomes.record(now, true);

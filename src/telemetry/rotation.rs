@@ -5,12 +5,6 @@
 //! and reasons from fixed sets. [`describe`] registers every metric's help text; call it
 //! once after the recorder is installed.
 
-use std::collections::HashMap;
-use std::sync::LazyLock;
-
-use parking_lot::Mutex;
-use tokio::time::Instant;
-
 use crate::types::{ErrorClass, Exclusion};
 
 /// Logical (client) requests by model and outcome (`completed`, `truncated`,
@@ -24,7 +18,8 @@ pub const ATTEMPTS_PER_REQUEST: &str = "tailcut_attempts_per_request";
 pub const ROUTE_CHANGES_TOTAL: &str = "tailcut_route_changes_total";
 /// Requests no route served for reasons that are not the client's: the honest outage count.
 pub const UNROUTABLE_TOTAL: &str = "tailcut_unroutable_total";
-/// From a route's breaker opening to the route's first successful answer after it.
+/// From a route's breaker opening (the earliest of one outage: a trip, a drill, a failed
+/// probe) to the route's first success after the breaker closed.
 pub const RECOVERY_SECONDS: &str = "tailcut_recovery_seconds";
 /// Cost of answers (`cost_per_1k` times the answer's tokens / 1000), in millionths of the
 /// currency unit (a counter counts integers), by serving route and outcome.
@@ -61,7 +56,7 @@ pub fn describe() {
     describe_histogram!(
         RECOVERY_SECONDS,
         Unit::Seconds,
-        "Time from a route's breaker opening to the route's first successful answer after it"
+        "Time from a route's breaker opening (a trip, a drill or a failed probe; the earliest of one outage) to the route's first success after it closed (a probe's or a request's)"
     );
     describe_counter!(
         ANSWER_COST_TOTAL,
@@ -113,25 +108,8 @@ pub fn is_outage(class: &str) -> bool {
     .any(|c| c.as_str() == class)
 }
 
-/// When each route's breaker was last seen opening (route names come from config: bounded).
-static DOWN_SINCE: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Default::default);
-
-/// `route`'s breaker is open at `now` (kept: the earliest sighting since it last served).
-pub fn route_down(route: &str, now: Instant) {
-    DOWN_SINCE.lock().entry(route.to_string()).or_insert(now);
-}
-
-/// `route` served an answer at `now`: if its breaker had opened, the recovery took this long.
-pub fn route_served(route: &str, now: Instant) {
-    let since = {
-        let mut down = DOWN_SINCE.lock();
-        if down.is_empty() {
-            return;
-        }
-        down.remove(route)
-    };
-    if let Some(since) = since {
-        metrics::histogram!(RECOVERY_SECONDS, "route" => route.to_string())
-            .record(now.saturating_duration_since(since).as_secs_f64());
-    }
+/// `route` recovered: its breaker's earliest opening (a trip, a drill or a failed probe's
+/// reopening) was `took` before its first success after closing (`Breaker::take_recovery`).
+pub fn recovered(route: &str, took: std::time::Duration) {
+    metrics::histogram!(RECOVERY_SECONDS, "route" => route.to_string()).record(took.as_secs_f64());
 }

@@ -25,10 +25,6 @@ impl Run {
     pub(super) fn record_failure(&mut self, attempt: &mut Attempt, err: &ProviderError) {
         attempt.resolve(Err(err));
         self.moved_route_failed(&attempt.route);
-        let now = Instant::now();
-        if let Err(crate::health::Unavailable::BreakerOpen { .. }) = self.mux.health.availability(&attempt.route, now) {
-            crate::telemetry::rotation::route_down(&attempt.route, now);
-        }
         metrics::counter!(t::UPSTREAM_ERRORS_TOTAL, "route" => attempt.route.to_string(), "class" => err.metric_label()).increment(1);
         match err.class {
             ErrorClass::Auth => {

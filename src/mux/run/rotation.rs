@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use super::Run;
 use crate::telemetry::rotation as rt;
 use crate::types::RouteChange;
@@ -116,9 +114,6 @@ impl Run {
                     let tokens = f64::from(u.input_tokens) + f64::from(u.output_tokens);
                     metrics::counter!(rt::ANSWER_COST_TOTAL, "route" => route.clone(), "outcome" => label)
                         .increment((cost * tokens / 1000.0 * 1e6).round() as u64);
-                }
-                if outcome == "completed" {
-                    rt::route_served(route, Instant::now());
                 }
             }
             None => {}
