@@ -1,7 +1,8 @@
 //! One repair attempt, end to end over the simulated upstream: a tool call with invalid
-//! arguments goes back to the same route once, with the validator's error, before the
-//! request moves to the next route; never for a side-effecting request; both outcomes are
-//! counted per route.
+//! arguments, or a structured answer not valid against its schema, goes back to the same
+//! route once, the invalid output as the assistant's turn and the validator's error after
+//! it, before the request moves to the next route; never for a side-effecting request; both
+//! outcomes are counted per route. The invalid output never reaches the client.
 
 mod recording;
 mod support;
@@ -17,6 +18,8 @@ fn scenarios() -> Value {
                      "tool_calls": [{"name": "weather", "arguments": "{\"city\": "}]},
         "good-args": {"ttft": quick, "inter_token_ms": 1.0, "tool_fragments": 2,
                       "tool_calls": [{"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}]},
+        "bad-json": {"ttft": quick, "inter_token_ms": 1.0, "text": "{\"town\": \"Oslo\"}"},
+        "good-json": {"ttft": quick, "inter_token_ms": 1.0, "text": "{\"city\": \"Oslo\"}"},
     })
 }
 
@@ -122,6 +125,14 @@ async fn invalid_tool_arguments_get_one_repair_on_the_same_route() {
         text.contains("failed validation") && text.contains("weather") && text.contains("not a JSON object"),
         "the validator's error goes back: {text}"
     );
+    let turns = seen[1]["messages"].as_array().cloned().unwrap_or_default();
+    assert_eq!(turns.len(), 3, "request, invalid answer, error: {turns:?}");
+    assert_eq!(turns[1]["role"], "assistant", "{turns:?}");
+    assert_eq!(
+        turns[1]["content"].as_str().unwrap_or_default(),
+        "Tool call weather with arguments: {\"city\": ",
+        "the invalid call itself goes back as the assistant's turn"
+    );
     assert_eq!(
         seen[1]["messages"][0], seen[0]["messages"][0],
         "the repair carries the original request"
@@ -166,4 +177,102 @@ async fn a_side_effecting_request_is_never_repaired() {
     let env = reply.envelope();
     assert!(env.get("repair").is_none(), "{env}");
     assert_eq!(rec.seen("s-a").len(), 1, "the invalid answer is not sent back");
+}
+
+fn structured_request() -> Value {
+    json!({
+        "model": "chat",
+        "stream": true,
+        "messages": [{"role": "user", "content": "Where? As JSON."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "place", "schema":
+            {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}}}
+    })
+}
+
+/// The text the client received.
+fn text(reply: &SseReply) -> String {
+    reply
+        .chunks()
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_structured_answer_invalid_for_its_schema_is_repaired_on_the_same_route() {
+    let rec = Recording::start(
+        scenarios(),
+        &[("j-a", &["bad-json", "good-json"]), ("j-b", &["good-json"])],
+    )
+    .await;
+    let server = start(&config(&rec, "j", "")).await;
+    let reply = post_sse(&server.url(""), &structured_request(), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(
+        text(&reply),
+        "{\"city\": \"Oslo\"}",
+        "only the repaired answer reaches the client, never the invalid one: {}",
+        reply.raw
+    );
+    let env = reply.envelope();
+    assert_eq!(
+        (env["route"].as_str(), env["repair"]["outcome"].as_str()),
+        (Some("j-a"), Some("repaired")),
+        "{env}"
+    );
+    let seen = rec.seen("j-a");
+    assert_eq!(seen.len(), 2, "the first answer and its repair");
+    assert!(rec.seen("j-b").is_empty(), "the next route was never needed");
+    let turns = seen[1]["messages"].as_array().cloned().unwrap_or_default();
+    assert_eq!(turns.len(), 3, "{turns:?}");
+    assert_eq!(
+        (turns[1]["role"].as_str(), turns[1]["content"].as_str()),
+        (Some("assistant"), Some("{\"town\": \"Oslo\"}")),
+        "the invalid answer goes back as the assistant's turn"
+    );
+    let error = turns[2]["content"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("does not match the response format's schema") && error.contains("city"),
+        "then the validator's error: {error}"
+    );
+    let counted = repairs(&server, "j-a", "repaired").await;
+    assert!(counted.as_deref().is_some_and(|l| l.ends_with(" 1")), "{counted:?}");
+}
+
+#[tokio::test]
+async fn a_structured_answer_that_stays_invalid_moves_to_the_next_route() {
+    let rec = Recording::start(scenarios(), &[("k-a", &["bad-json"]), ("k-b", &["good-json"])]).await;
+    let server = start(&config(&rec, "k", "")).await;
+    let reply = post_sse(&server.url(""), &structured_request(), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(text(&reply), "{\"city\": \"Oslo\"}", "{}", reply.raw);
+    let env = reply.envelope();
+    assert_eq!(env["route"], "k-b", "{env}");
+    assert_eq!(env["repair"]["outcome"], "failed", "{env}");
+    assert_eq!(
+        (rec.seen("k-a").len(), rec.seen("k-b").len()),
+        (2, 1),
+        "one repair, then the next route"
+    );
+    let counted = repairs(&server, "k-a", "failed").await;
+    assert!(counted.as_deref().is_some_and(|l| l.ends_with(" 1")), "{counted:?}");
+}
+
+#[tokio::test]
+async fn a_side_effecting_structured_request_is_never_repaired() {
+    let rec = Recording::start(
+        scenarios(),
+        &[("t-a", &["bad-json", "good-json"]), ("t-b", &["good-json"])],
+    )
+    .await;
+    let server = start(&config(&rec, "t", "side_effecting = true")).await;
+    let reply = post_sse(&server.url(""), &structured_request(), &[]).await;
+    let env = reply.envelope();
+    assert!(env.get("repair").is_none(), "{env}");
+    assert_eq!(rec.seen("t-a").len(), 1, "the invalid answer is not sent back");
+    assert!(
+        !text(&reply).contains("town"),
+        "the invalid answer never reaches the client: {}",
+        reply.raw
+    );
 }

@@ -1,5 +1,7 @@
 //! One attempt: a route's upstream stream turned into `AttemptEvent`s, with tool-call
-//! fragments held in the assembler so only whole, validated calls come out.
+//! fragments held in the assembler so only whole, validated calls come out, and a structured
+//! answer held by its gate until it is valid JSON for its schema. What an answer that failed
+//! its gate said is kept on the attempt (`take_rejected`) for the repair.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -7,7 +9,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use super::tool_calls::ToolCallAssembler;
+use super::tool_calls::{Rejected, StructuredGate, ToolCallAssembler};
 use crate::health::RoutePermit;
 use crate::provider::{Delta, ProviderError, SharedProvider, UpstreamRequest};
 use crate::types::{ErrorClass, FinishReason, ToolCall, Usage};
@@ -16,7 +18,8 @@ use crate::types::{ErrorClass, FinishReason, ToolCall, Usage};
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttemptEvent {
     Text(String),
-    /// A tool call began: a first content token (commit point), nothing visible yet.
+    /// A held answer began: a tool call, or a structured answer held for validation. A first
+    /// content token (commit point), nothing visible yet.
     ToolStarted,
     ToolCall(ToolCall),
     Usage(Usage),
@@ -51,7 +54,16 @@ pub struct Attempt {
     /// Content tokens seen (text deltas and tool calls).
     pub tokens: u32,
     pub permit: Option<RoutePermit>,
-    events: Pin<Box<dyn Stream<Item = AttemptEvent> + Send>>,
+    /// What the answer said when it failed its quality gate.
+    rejected: Option<Rejected>,
+    events: Pin<Box<dyn Stream<Item = Emitted> + Send>>,
+}
+
+/// What the upstream side of an attempt hands up: an event, or a failed quality gate with
+/// the output that failed it (kept on the attempt, reported as `Failed`).
+enum Emitted {
+    Event(AttemptEvent),
+    Rejected(ProviderError, Rejected),
 }
 
 impl Attempt {
@@ -70,6 +82,7 @@ impl Attempt {
             started: Instant::now(),
             tokens: 0,
             permit,
+            rejected: None,
             events: Box::pin(events(provider, req)),
         }
     }
@@ -83,18 +96,31 @@ impl Attempt {
             started: Instant::now(),
             tokens: 0,
             permit: None,
-            events: Box::pin(stream),
+            rejected: None,
+            events: Box::pin(stream.map(Emitted::Event)),
         }
     }
 
     pub fn poll_event(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<AttemptEvent>> {
         let poll = self.events.poll_next_unpin(cx);
-        if let std::task::Poll::Ready(Some(ev)) = &poll {
-            if matches!(ev, AttemptEvent::Text(_) | AttemptEvent::ToolCall(_)) {
-                self.tokens += 1;
+        poll.map(|item| match item? {
+            Emitted::Event(ev) => {
+                if matches!(ev, AttemptEvent::Text(_) | AttemptEvent::ToolCall(_)) {
+                    self.tokens += 1;
+                }
+                Some(ev)
             }
-        }
-        poll
+            Emitted::Rejected(err, output) => {
+                self.rejected = Some(output);
+                Some(AttemptEvent::Failed(err))
+            }
+        })
+    }
+
+    /// What the answer said when it failed its quality gate (its tool calls as assembled, or
+    /// its structured text), once.
+    pub fn take_rejected(&mut self) -> Option<Rejected> {
+        self.rejected.take()
     }
 
     pub async fn next_event(&mut self) -> Option<AttemptEvent> {
@@ -120,49 +146,73 @@ impl Attempt {
     }
 }
 
-fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = AttemptEvent> + Send {
+fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = Emitted> + Send {
     async_stream::stream! {
         let tools = req.chat.tools.clone();
+        let mut gate = StructuredGate::for_request(&req.chat);
         let mut upstream = match provider.open(req).await {
             Ok(s) => s,
             Err(e) => {
-                yield AttemptEvent::Failed(e);
+                yield Emitted::Event(AttemptEvent::Failed(e));
                 return;
             }
         };
         let mut assembler = ToolCallAssembler::new(&tools);
         let mut finish: Option<FinishReason> = None;
+        let invalid = |message: String| ProviderError::new(ErrorClass::InvalidOutput, message);
         while let Some(item) = upstream.next().await {
             match item {
+                // A structured answer is held until it is judged at its end.
+                Ok(Delta::Text(t)) => match gate.as_mut() {
+                    None => yield Emitted::Event(AttemptEvent::Text(t)),
+                    Some(g) => match g.push(&t) {
+                        Ok(true) => yield Emitted::Event(AttemptEvent::ToolStarted),
+                        Ok(false) => yield Emitted::Event(AttemptEvent::Progress),
+                        Err(e) => {
+                            yield Emitted::Rejected(invalid(e.to_string()), Rejected::Structured(g.take_text()));
+                            return;
+                        }
+                    },
+                },
                 // Text between tool-call fragments is legal; calls still leave whole at the end.
-                Ok(Delta::Text(t)) => yield AttemptEvent::Text(t),
                 Ok(Delta::ToolFragment(f)) => match assembler.push(f) {
-                    Ok(true) => yield AttemptEvent::ToolStarted,
-                    Ok(false) => yield AttemptEvent::Progress,
+                    Ok(true) => yield Emitted::Event(AttemptEvent::ToolStarted),
+                    Ok(false) => yield Emitted::Event(AttemptEvent::Progress),
                     Err(e) => {
-                        yield AttemptEvent::Failed(ProviderError::new(e.class(), e.to_string()));
+                        yield Emitted::Rejected(invalid(e.to_string()), Rejected::ToolCalls(assembler.rejected_calls()));
                         return;
                     }
                 },
                 Ok(Delta::ToolEnd { index }) => {
                     if let Err(e) = assembler.end(index) {
-                        yield AttemptEvent::Failed(ProviderError::new(e.class(), e.to_string()));
+                        yield Emitted::Rejected(invalid(e.to_string()), Rejected::ToolCalls(assembler.rejected_calls()));
                         return;
                     }
-                    yield AttemptEvent::Progress;
+                    yield Emitted::Event(AttemptEvent::Progress);
                 }
-                Ok(Delta::Usage(u)) => yield AttemptEvent::Usage(u),
+                Ok(Delta::Usage(u)) => yield Emitted::Event(AttemptEvent::Usage(u)),
                 Ok(Delta::Finish(reason)) => {
                     match assembler.finish(reason) {
                         Ok(calls) => {
                             let any = !calls.is_empty();
+                            if let Some(g) = gate.as_mut().filter(|g| g.started()) {
+                                // Judged only when the answer ended normally: a cut, refused or
+                                // filtered answer goes out as it is, under its honest reason.
+                                if reason == FinishReason::Stop && !any {
+                                    if let Err(e) = g.check() {
+                                        yield Emitted::Rejected(invalid(e.to_string()), Rejected::Structured(g.take_text()));
+                                        return;
+                                    }
+                                }
+                                yield Emitted::Event(AttemptEvent::Text(g.take_text()));
+                            }
                             for call in calls {
-                                yield AttemptEvent::ToolCall(call);
+                                yield Emitted::Event(AttemptEvent::ToolCall(call));
                             }
                             finish = Some(if any && reason != FinishReason::Length { FinishReason::ToolCalls } else { reason });
                         }
                         Err(e) => {
-                            yield AttemptEvent::Failed(ProviderError::new(e.class(), e.to_string()));
+                            yield Emitted::Rejected(invalid(e.to_string()), Rejected::ToolCalls(assembler.rejected_calls()));
                             return;
                         }
                     }
@@ -170,17 +220,17 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                 // After the terminal signal the answer is complete; a late error changes nothing.
                 Err(_) if finish.is_some() => break,
                 Err(e) => {
-                    yield AttemptEvent::Failed(e);
+                    yield Emitted::Event(AttemptEvent::Failed(e));
                     return;
                 }
             }
         }
         match finish {
-            Some(reason) => yield AttemptEvent::Finished(reason),
-            None => yield AttemptEvent::Failed(ProviderError::new(
+            Some(reason) => yield Emitted::Event(AttemptEvent::Finished(reason)),
+            None => yield Emitted::Event(AttemptEvent::Failed(ProviderError::new(
                 ErrorClass::Protocol,
                 "upstream stream ended without its terminal signal",
-            )),
+            ))),
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Tool-call assembly: buffers tool-call fragments per call and hands out only whole,
-//! validated calls, so a partial tool call never leaves the mux.
+//! validated calls, so a partial tool call never leaves the mux. Beside it, the same hold
+//! for a structured answer (`structured`), and what an answer that failed either gate said,
+//! kept for its repair (`rejected`).
 //!
 //! # Why
 //! Upstreams stream a tool call's arguments as raw string fragments cut anywhere, even
@@ -34,7 +36,9 @@
 //! `finish` is never called. Likewise an upstream that sends a call's first fragment and
 //! then claims `tool_calls` gets that call with `{}` arguments.
 
+mod rejected;
 mod schema;
+mod structured;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,6 +46,9 @@ use std::sync::Arc;
 use self::schema::{parse_object, ToolSchemas};
 use crate::provider::ToolFragment;
 use crate::types::{ErrorClass, FinishReason, ToolCall, ToolSpec};
+
+pub use self::rejected::{Rejected, RejectedCall, MAX_ECHO_BYTES};
+pub use self::structured::{StructuredError, StructuredGate, MAX_HELD_BYTES};
 
 /// Cap on buffered argument, id and name bytes across one answer's calls.
 pub const MAX_BUFFERED_BYTES: usize = 1 << 20;
@@ -171,6 +178,18 @@ impl ToolCallAssembler {
     /// How many calls have started.
     pub fn started(&self) -> usize {
         self.calls.len()
+    }
+
+    /// Every call as buffered so far, valid or not, in the order they started: what a
+    /// rejected answer said, for its repair.
+    pub fn rejected_calls(&self) -> Vec<RejectedCall> {
+        self.calls
+            .iter()
+            .map(|c| RejectedCall {
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            })
+            .collect()
     }
 
     /// Forgets every call and error, keeping the compiled schemas (for the next attempt).

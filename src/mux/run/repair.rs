@@ -1,8 +1,13 @@
 //! The one repair attempt: an answer that failed its quality gate (a tool call whose
-//! arguments are not valid JSON or do not match the tool's schema, or names no offered tool)
-//! is sent back to the same route once, with what the client already holds of the answer
-//! and the validator's error, and the route is asked to answer again, corrected. Only when
-//! the repair fails too does the request move on (the response type's policy, next route).
+//! arguments are not valid JSON or do not match the tool's schema, or names no offered tool;
+//! a structured answer that is not valid JSON for its `response_format`) is sent back to the
+//! same route once: the request as the client sent it, then the invalid answer as the
+//! assistant's previous turn (what the client already holds of it, and the invalid tool
+//! calls or structured text, read back as plain text by `tool_calls::Rejected`), then a
+//! user message with the validator's error asking for a corrected answer. Only when the
+//! repair fails too does the request move on (the response type's policy, next route).
+//! Neither gate lets the invalid output reach the client, so the repaired answer replaces
+//! it without a reset.
 //! Never for a request that may have side effects; both outcomes are counted per route
 //! (`tailcut_repairs_total{route,outcome}`) and told in the envelope (`repair`).
 
@@ -11,14 +16,22 @@ use std::sync::Arc;
 use super::first_token::sleep_until_some;
 use super::{Recovery, Run};
 use crate::mux::attempt::{Attempt, AttemptEvent, Role};
+use crate::mux::tool_calls::Rejected;
 use crate::mux::MuxError;
 use crate::provider::ProviderError;
 use crate::telemetry::rotation as rt;
 use crate::types::{ChatRequest, ErrorClass, Message, MidStreamPolicy, RepairInfo, Role as MessageRole};
 
+/// The request's one repair, and the last invalid output seen (from which route).
+#[derive(Debug, Default)]
+pub(super) struct RepairState {
+    stage: Stage,
+    rejected: Option<(Arc<str>, Rejected)>,
+}
+
 /// Where the request's one repair stands.
 #[derive(Debug, Default)]
-pub(super) enum RepairState {
+enum Stage {
     #[default]
     Unused,
     /// Armed for this route: the next attempt started on it sends this request.
@@ -32,26 +45,66 @@ pub(super) enum RepairState {
 impl RepairState {
     /// The repair's request, when an attempt starts on the route it was armed for.
     pub fn take_request(&mut self, route: &str) -> Option<Arc<ChatRequest>> {
-        match std::mem::take(self) {
-            RepairState::Armed { route: armed, chat } if &*armed == route => {
-                *self = RepairState::Running(armed);
+        match std::mem::take(&mut self.stage) {
+            Stage::Armed { route: armed, chat } if &*armed == route => {
+                self.stage = Stage::Running(armed);
                 Some(chat)
             }
             other => {
-                *self = other;
+                self.stage = other;
                 None
             }
+        }
+    }
+
+    /// An attempt on `route` ended; `rejected` is what it said if it failed its quality gate.
+    pub fn note(&mut self, route: &Arc<str>, rejected: Option<Rejected>) {
+        if let Some(output) = rejected {
+            self.rejected = Some((Arc::clone(route), output));
+        }
+    }
+
+    /// The invalid output `route` gave last, once.
+    fn take_rejected(&mut self, route: &str) -> Option<Rejected> {
+        match self.rejected.take() {
+            Some((r, output)) if &*r == route => Some(output),
+            _ => None,
         }
     }
 }
 
 /// The message that asks for the correction; `error` is the validator's.
-pub(crate) fn repair_prompt(error: &str) -> String {
+pub(crate) fn repair_prompt(error: &str, structured: bool) -> String {
+    let wanted = if structured {
+        "only JSON that matches the requested response format and its schema, nothing else"
+    } else {
+        "any tool call must name one of the offered tools and its arguments must be a JSON object matching \
+         that tool's parameters schema"
+    };
     format!(
-        "Your previous answer failed validation and was not delivered: {error}. Answer the request again, \
-         complete and corrected: any tool call must name one of the offered tools and its arguments must be a \
-         JSON object matching that tool's parameters schema."
+        "Your previous answer (above) failed validation and was not delivered: {error}. Answer the request \
+         again, complete and corrected: {wanted}."
     )
+}
+
+/// The repair's request: the client's, then the invalid answer as the assistant's turn, then
+/// the validator's error.
+fn repair_request(req: &ChatRequest, sent: &str, rejected: Option<&Rejected>, error: &str) -> ChatRequest {
+    let mut chat = req.clone();
+    let mut previous = sent.to_string();
+    if let Some(output) = rejected {
+        if !previous.is_empty() {
+            previous.push_str("\n\n");
+        }
+        previous.push_str(&output.as_assistant_text());
+    }
+    if !previous.is_empty() {
+        chat.messages.push(Message::text(MessageRole::Assistant, previous));
+    }
+    let structured = rejected.is_some_and(Rejected::is_structured);
+    chat.messages
+        .push(Message::text(MessageRole::User, repair_prompt(error, structured)));
+    chat
 }
 
 impl Run {
@@ -60,7 +113,8 @@ impl Run {
     /// on with the mid-stream policy); the repair's own failure also gives `None`, after
     /// which the request moves on.
     pub(super) async fn try_repair(&mut self, failed_route: &str) -> Option<Recovery> {
-        if let RepairState::Running(route) = &self.repair {
+        let rejected = self.repair.take_rejected(failed_route);
+        if let Stage::Running(route) = &self.repair.stage {
             if &**route == failed_route {
                 self.repair_ended("failed");
             }
@@ -69,21 +123,15 @@ impl Run {
         let last = self.env.fell_back_from.last()?;
         if last.class != ErrorClass::InvalidOutput
             || last.route != failed_route
-            || !matches!(self.repair, RepairState::Unused)
+            || !matches!(self.repair.stage, Stage::Unused)
             || self.side_effecting()
         {
             return None;
         }
         let error = last.message.clone();
-        let mut chat = (*self.req).clone();
-        if !self.transcript.text.is_empty() {
-            chat.messages
-                .push(Message::text(MessageRole::Assistant, self.transcript.text.clone()));
-        }
-        chat.messages
-            .push(Message::text(MessageRole::User, repair_prompt(&error)));
+        let chat = repair_request(&self.req, &self.transcript.text, rejected.as_ref(), &error);
         let route: Arc<str> = Arc::from(failed_route);
-        self.repair = RepairState::Armed {
+        self.repair.stage = Stage::Armed {
             route: Arc::clone(&route),
             chat: Arc::new(chat),
         };
@@ -94,7 +142,7 @@ impl Run {
         }));
         let Some(attempt) = self.start_again(failed_route, Role::Recovery, None) else {
             // It could not start (breaker, deadline): no repair happened.
-            self.repair = RepairState::Spent;
+            self.repair.stage = Stage::Spent;
             self.env.repair = None;
             return None;
         };
@@ -157,13 +205,13 @@ impl Run {
 
     /// The repaired answer on `route` completed.
     pub(super) fn repair_completed(&mut self, route: &str) {
-        if matches!(&self.repair, RepairState::Running(r) if &**r == route) {
+        if matches!(&self.repair.stage, Stage::Running(r) if &**r == route) {
             self.repair_ended("repaired");
         }
     }
 
     fn repair_ended(&mut self, outcome: &'static str) {
-        if let RepairState::Running(route) = std::mem::replace(&mut self.repair, RepairState::Spent) {
+        if let Stage::Running(route) = std::mem::replace(&mut self.repair.stage, Stage::Spent) {
             metrics::counter!(rt::REPAIRS_TOTAL, "route" => route.to_string(), "outcome" => outcome).increment(1);
             if let Some(info) = self.env.repair.as_mut() {
                 info.outcome = outcome.to_string();

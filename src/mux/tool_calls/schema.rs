@@ -95,7 +95,7 @@ fn json_kind(value: &Value) -> &'static str {
 }
 
 /// Cuts a message to [`MAX_MESSAGE_BYTES`] at a character boundary.
-fn clip(mut message: String) -> String {
+pub(super) fn clip(mut message: String) -> String {
     if message.len() > MAX_MESSAGE_BYTES {
         let mut end = MAX_MESSAGE_BYTES;
         while !message.is_char_boundary(end) {
