@@ -123,6 +123,7 @@ mod continuation;
 mod openai;
 mod plan;
 mod profiles;
+mod quality;
 mod record;
 mod request;
 mod respond;
@@ -137,6 +138,7 @@ mod tests;
 
 pub use continuation::{answer_tokens, diverging_answer, PrefillOutcome};
 pub use profiles::{profile, profile_names};
+pub use quality::{Quality, DEFAULT_REFUSE_TOPICS};
 pub use record::{SimEnd, SimRecord};
 pub use scenario::{
     Behaviour, Brownout, ColdStart, Continuation, Convention, Failure, Phase, Scenario, ToolCallSpec, Ttft,

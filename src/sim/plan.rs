@@ -8,6 +8,7 @@ use rand::Rng;
 
 use super::answer::{self, REFUSAL_TEXT};
 use super::continuation::{PrefillOutcome, Reading};
+use super::quality::{self, Verdict};
 use super::record::SimEnd;
 use super::request::{Asks, Format};
 use super::scenario::{ms, probability, Failure, Scenario, ToolCallSpec};
@@ -231,7 +232,14 @@ struct Answer {
 fn answer_beats(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: &mut SmallRng) -> Answer {
     let truncate = scenario.failure.length_in_tool_call;
     let continuation = cx.reading.outcome_without_text();
-    if scenario.failure.refusal {
+    // An explicit answer (tool calls or text) wins over what the request asks for.
+    let honours = !scenario.ignores_request && scenario.text.is_none() && scenario.tool_calls.is_empty();
+    let verdict = scenario
+        .quality
+        .as_ref()
+        .filter(|_| honours)
+        .map(|q| q.judge(&cx.asks.prompt, cx.asks.digest, scenario.seed));
+    if scenario.failure.refusal || verdict.as_ref().is_some_and(|v| v.refuse) {
         // Anthropic refuses with an empty text block and `stop_reason: "refusal"` (§3.7).
         let beats = match cx.wire {
             Wire::OpenAi => answer::split_words(REFUSAL_TEXT)
@@ -247,13 +255,16 @@ fn answer_beats(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: 
             continuation,
         };
     }
-    // An explicit answer (tool calls or text) wins over what the request asks for.
     let honours = !scenario.ignores_request && scenario.text.is_none();
     let limit = cx.asks.max_tokens.filter(|_| !scenario.ignores_request);
     let asked_call = cx.asks.tool().filter(|_| honours).map(|(name, params)| {
+        let arguments = schema::instance(params, rng).to_string();
         vec![ToolCallSpec {
             name: name.clone(),
-            arguments: schema::instance(params, rng).to_string(),
+            arguments: match &verdict {
+                Some(v) if v.bad_args => quality::spoil_json(&arguments),
+                _ => arguments,
+            },
         }]
     });
     let calls = match &asked_call {
@@ -270,9 +281,10 @@ fn answer_beats(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: 
             continuation,
         };
     }
-    let full = match cx.asks.format.as_ref().filter(|_| honours) {
-        Some(format) => json_tokens(format, scenario, rng),
-        None => answer::text_tokens(scenario),
+    let full = match (cx.asks.format.as_ref().filter(|_| honours), &verdict) {
+        (Some(format), v) => json_tokens(format, scenario, v.as_ref().is_some_and(|v| v.bad_json), rng),
+        (None, Some(Verdict { answer: Some(text), .. })) => answer::split_words(text),
+        (None, _) => answer::text_tokens(scenario),
     };
     let (mut tokens, continuation) = cx.reading.text(full, scenario.seed);
     let mut stop = Stop::EndTurn;
@@ -313,12 +325,16 @@ fn cut_text_beats(beats: &[Beat], bytes: usize) -> Option<(Vec<Beat>, u32)> {
 
 /// A JSON answer as tokens: pretty-printed, so its words stream as a model writes them.
 /// JSON mode gets `{"answer": <the scenario's text>}`, a schema an instance of it.
-fn json_tokens(format: &Format, scenario: &Scenario, rng: &mut SmallRng) -> Vec<String> {
+/// `spoiled`: a model of poor quality (`quality.rs`) writes JSON that does not parse.
+fn json_tokens(format: &Format, scenario: &Scenario, spoiled: bool, rng: &mut SmallRng) -> Vec<String> {
     let value = match format {
         Format::JsonObject => serde_json::json!({"answer": answer::text_tokens(scenario).concat()}),
         Format::JsonSchema(schema) => schema::instance(schema, rng),
     };
     let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| "{}".to_owned());
+    if spoiled {
+        return answer::split_words(&quality::spoil_json(&text));
+    }
     answer::split_words(&text)
 }
 

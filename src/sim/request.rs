@@ -29,6 +29,11 @@ pub(crate) struct Asks {
     pub tools: Vec<(String, Value)>,
     pub tool_choice: ToolChoice,
     pub format: Option<Format>,
+    /// The last user message's text: what a scenario's `quality` answers.
+    pub prompt: String,
+    /// A hash of every message (role and text): seeds the quality verdicts, so the same
+    /// conversation always gets the same one.
+    pub digest: u64,
 }
 
 /// Whether and which tool the answer must call.
@@ -105,6 +110,8 @@ pub(crate) fn openai(body: &Value) -> Inbound {
                     )),
                     _ => None,
                 }),
+            prompt: last_user(&messages),
+            digest: digest("", &messages),
         },
     }
 }
@@ -132,6 +139,8 @@ pub(crate) fn anthropic(body: &Value) -> Inbound {
                 _ => ToolChoice::Auto,
             },
             format: None,
+            prompt: last_user(&messages),
+            digest: digest(&system, &messages),
         },
     }
 }
@@ -193,6 +202,32 @@ fn content_text(content: &Value) -> String {
             .collect(),
         _ => String::new(),
     }
+}
+
+fn last_user(messages: &[Turn]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find(|(role, _)| role == "user")
+        .map(|(_, text)| text.clone())
+        .unwrap_or_default()
+}
+
+/// A stable hash of the conversation (SHA-256, its first eight bytes).
+fn digest(system: &str, messages: &[Turn]) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(system.as_bytes());
+    for (role, text) in messages {
+        h.update([0u8]);
+        h.update(role.as_bytes());
+        h.update([0u8]);
+        h.update(text.as_bytes());
+    }
+    let out = h.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&out[..8]);
+    u64::from_le_bytes(first)
 }
 
 fn all_text(messages: &[Turn]) -> String {

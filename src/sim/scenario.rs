@@ -48,6 +48,13 @@ pub struct Scenario {
     /// Play a model that ignores what the request asks for (offered tools, JSON mode or a
     /// schema, max_tokens). Off by default: the answer honours them.
     pub ignores_request: bool,
+    /// How well the model answers what it is asked (`quality.rs`): a preset name or rates.
+    /// `None` (the default): answers are generated words, tools and JSON always valid.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::quality::deserialize"
+    )]
+    pub quality: Option<super::quality::Quality>,
 }
 
 impl Default for Scenario {
@@ -70,6 +77,7 @@ impl Default for Scenario {
             seed: 0,
             ignores_request: false,
             phases: Vec::new(),
+            quality: None,
         }
     }
 }
