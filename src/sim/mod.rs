@@ -57,6 +57,13 @@
 //! tokens; `max_tokens` cuts the answer (text tokens or tool-argument fragments) to that many
 //! and ends it with `length`. Usage reports the tokens actually written.
 //!
+//! A scenario with a `quality` (`quality.rs`: a preset, `strong` / `fair` / `weak`, or rates)
+//! also follows the prompt: the last user message's quoted phrase is the text answer, and a
+//! prompt naming a refuse topic is refused; each rate is the share of requests that get a
+//! wrong answer, JSON or tool arguments that do not parse, a missed or a needless refusal
+//! instead, drawn from `seed` and a hash of the messages (never the request number), so the
+//! same prompt always gets the same verdict.
+//!
 //! # Schedules (the scenario's `phases`)
 //!
 //! Phases follow each other on the simulator's clock and repeat; each overrides the
