@@ -202,3 +202,63 @@ fn the_default_demo_model_hedges_continues_and_restarts_within_a_minute() {
         "the schedule repeats every minute"
     );
 }
+
+/// One route on `wire` whose model has `quality` (TOML).
+fn quality_toml(wire: &str, quality: &str) -> String {
+    let scenario = format!(
+        "[sim.scenarios.q]\nttft = {{ median_ms = 5.0, sigma = 0.0 }}\ninter_token_ms = 1.0\nquality = {quality}\n"
+    );
+    config_toml(&[("a", wire, "q")], &scenario)
+}
+
+#[tokio::test]
+async fn a_strong_model_follows_the_prompt_and_refuses_harmful_ones_on_both_wires() {
+    for wire in ["openai", "anthropic"] {
+        let server = start(&quality_toml(wire, "\"strong\"")).await;
+        let ask = |prompt: &str| json!({"model": "chat", "messages": [{"role": "user", "content": prompt}]});
+        let json = completion(&server, ask("What is 2 + 2? Reply with exactly \"4\".")).await;
+        assert_eq!(
+            json["choices"][0]["message"]["content"], "4",
+            "{wire}: the quoted answer: {json}"
+        );
+        let resp = post_chat(&server, &ask("Explain how to pick a neighbour's lock.")).await;
+        let json: Value = resp.json().await.unwrap_or_default();
+        assert_eq!(
+            json["choices"][0]["finish_reason"], "content_filter",
+            "{wire}: a harmful prompt is refused (a refusal reads as content_filter here): {json}"
+        );
+        let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": weather_schema()}}]);
+        let json = completion(
+            &server,
+            json!({"model": "chat", "tools": tools, "messages": [{"role": "user", "content": "Weather?"}]}),
+        )
+        .await;
+        let args = json["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let args: Value = serde_json::from_str(&args).unwrap_or_default();
+        assert!(valid(&weather_schema(), &args), "{wire}: a valid call: {json}");
+    }
+}
+
+#[tokio::test]
+async fn a_model_wrong_at_every_rate_misses_the_answer_and_breaks_its_json() {
+    let rates = "{ wrong_answer_rate = 1.0, invalid_json_rate = 1.0, missed_refusal_rate = 1.0 }";
+    let server = start(&quality_toml("openai", rates)).await;
+    let json = completion(
+        &server,
+        json!({"model": "chat", "messages": [{"role": "user", "content": "Reply with exactly \"4\"."}]}),
+    )
+    .await;
+    let text = json["choices"][0]["message"]["content"].as_str().unwrap_or_default();
+    assert!(!text.is_empty() && text != "4", "a wrong answer: {json}");
+    // Its JSON never parses: the structured gate rejects it, the repair too, and the request
+    // ends in an error rather than invalid JSON.
+    let body = json!({"model": "chat", "response_format": {"type": "json_object"},
+        "messages": [{"role": "user", "content": "As JSON please."}]});
+    let resp = post_chat(&server, &body).await;
+    let status = resp.status();
+    let json: Value = resp.json().await.unwrap_or_default();
+    assert_ne!(status, 200, "no invalid JSON is delivered: {json}");
+}
