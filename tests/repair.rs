@@ -214,6 +214,20 @@ async fn a_structured_answer_invalid_for_its_schema_is_repaired_on_the_same_rout
         "only the repaired answer reaches the client, never the invalid one: {}",
         reply.raw
     );
+    let deltas = reply
+        .chunks()
+        .iter()
+        .filter(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
+        .count();
+    assert_eq!(
+        deltas, 1,
+        "a structured answer is held and sent whole, as one delta: {}",
+        reply.raw
+    );
     let env = reply.envelope();
     assert_eq!(
         (env["route"].as_str(), env["repair"]["outcome"].as_str()),

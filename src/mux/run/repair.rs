@@ -6,8 +6,8 @@
 //! calls or structured text, read back as plain text by `tool_calls::Rejected`), then a
 //! user message with the validator's error asking for a corrected answer. Only when the
 //! repair fails too does the request move on (the response type's policy, next route).
-//! Neither gate lets the invalid output reach the client, so the repaired answer replaces
-//! it without a reset.
+//! Neither gate lets the invalid output reach the client, so unless the client already
+//! holds text of the answer (text before a tool call) the repaired answer needs no reset.
 //! Never for a request that may have side effects; both outcomes are counted per route
 //! (`tailcut_repairs_total{route,outcome}`) and told in the envelope (`repair`).
 
