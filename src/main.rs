@@ -112,7 +112,8 @@ fn main() -> ExitCode {
     {
         return new_key(tenant, name.as_deref());
     }
-    init_tracing();
+    // `eval` prints its table on stdout, so its log lines go to stderr.
+    init_tracing(matches!(cli.command, Some(Command::Eval { .. })));
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -155,16 +156,29 @@ fn main() -> ExitCode {
     })
 }
 
-fn init_tracing() {
+fn init_tracing(to_stderr: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TAILCUT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let json = std::env::var("TAILCUT_LOG_FORMAT").is_ok_and(|v| v == "json");
-    // Logs go to stdout: colour codes only for a person at a terminal, never in a file.
-    let ansi = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    // Logs go to stdout (stderr for `eval`): colour codes only for a person at a terminal,
+    // never in a file.
+    let terminal = if to_stderr {
+        std::io::stderr().is_terminal()
+    } else {
+        std::io::stdout().is_terminal()
+    };
+    let ansi = terminal && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_ansi(ansi);
+        .with_ansi(ansi)
+        .with_writer(move || -> Box<dyn std::io::Write> {
+            if to_stderr {
+                Box::new(std::io::stderr())
+            } else {
+                Box::new(std::io::stdout())
+            }
+        });
     if json {
         builder.json().init();
     } else {
