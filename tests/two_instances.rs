@@ -32,8 +32,12 @@ fn the_test_redis_starts_is_killed_and_restarts_empty_on_its_port() {
 }
 
 /// `chat`: 120 tokens 5 ms apart (about 0.6 s); `slow`: 4000 tokens 20 ms apart (far longer
-/// than any test waits).
-fn config(redis_url: &str, instance: &str) -> String {
+/// than any test waits); `burst`: 2000 tokens at once (for the measurement). `[state]` only
+/// with a Redis URL.
+fn config(redis_url: Option<&str>, instance: &str) -> String {
+    let state = redis_url.map_or_else(String::new, |url| {
+        format!("[state]\nredis_url = \"{url}\"\ninstance = \"{instance}\"\nop_timeout_ms = 250\n")
+    });
     format!(
         r#"[server]
 sse_keepalive_ms = 600000
@@ -64,13 +68,25 @@ model = "model-b"
 region = "eu"
 [models.chat]
 routes = ["a"]
+[sim.scenarios.burst]
+ttft = {{ median_ms = 1.0, sigma = 0.0 }}
+inter_token_ms = 0.0
+tokens = 2000
+[[routes]]
+name = "c"
+provider = "simulated"
+wire = "openai"
+scenario = "burst"
+model = "model-c"
+region = "eu"
 [models.slow]
 routes = ["b"]
-[state]
-redis_url = "{redis_url}"
-instance = "{instance}"
-op_timeout_ms = 250
-"#
+[models.burst]
+routes = ["c"]
+[server.streams]
+max_events = 4096
+max_bytes = 1048576
+{state}"#
     )
 }
 
@@ -83,6 +99,10 @@ struct Instance {
 
 impl Instance {
     async fn start(redis_url: &str, name: &str) -> Instance {
+        Instance::start_with(Some(redis_url), name).await
+    }
+
+    async fn start_with(redis_url: Option<&str>, name: &str) -> Instance {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("tailcut.toml");
         let mut file = std::fs::File::create(&path).expect("config file");
@@ -417,4 +437,143 @@ async fn with_redis_killed_both_instances_keep_serving_and_share_again_after_it_
     let whole = whole.rest().await;
     let stitched: Vec<Event> = head.into_iter().chain(tail).collect();
     assert_eq!(stitched, whole, "exactly once across the two");
+}
+
+/// User + system CPU time of process `pid` so far, from `/proc/<pid>/stat` (clock ticks of
+/// 10 ms).
+fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) * 10.0
+}
+
+/// Opens `streams` burst streams on `instance` at once, reads each to its end; returns the
+/// events read.
+async fn burst_round(instance: &Instance, streams: usize) -> usize {
+    let mut tasks = Vec::new();
+    for _ in 0..streams {
+        let (_, url, _) = instance.open_stream("burst").await;
+        let base = instance.base.clone();
+        tasks.push(tokio::spawn(async move {
+            let resp = client().get(format!("{base}{url}")).send().await.expect("request sent");
+            let body = resp.text().await.unwrap_or_default();
+            body.matches("\nevent: ").count() + usize::from(body.starts_with("event: "))
+        }));
+    }
+    let mut events = 0;
+    for t in tasks {
+        events += t.await.expect("reader");
+    }
+    events
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Measurement, not a check: `cargo test --test two_instances -- --ignored --nocapture`.
+/// (1) Server CPU per relayed event of a resumable stream with Redis replay against
+/// in-memory only, two instances side by side in one run, alternating rounds; Redis's own
+/// CPU reported apart. (2) Resume latency across instances: from sending the reconnect to
+/// instance two to its first replayed event (already written), p50/p99, beside the same on
+/// the owner. Debug build: the figures compare, they are not the release build's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; run with --ignored --nocapture"]
+async fn measure_replay_overhead_and_cross_instance_resume() {
+    let redis = RedisServer::start();
+    let local = Instance::start_with(None, "local").await;
+    let one = Instance::start(&redis.url(), "one").await;
+    let two = Instance::start(&redis.url(), "two").await;
+    wait_until(&one, "/readyz", "redis reachable", |t| t == "ready").await;
+    let redis_pid = redis.pid().expect("redis runs");
+    let (streams, rounds) = (20, 5);
+    // Warm-up.
+    burst_round(&local, 4).await;
+    burst_round(&one, 4).await;
+    let (mut local_us, mut shared_us, mut redis_us) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for shared in [false, true] {
+            let instance = if shared { &one } else { &local };
+            let pid = instance.child.id();
+            let (cpu0, r0) = (cpu_ms(pid), cpu_ms(redis_pid));
+            let events = burst_round(instance, streams).await;
+            // Let the writer drain its queue before reading the counters.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let (cpu, r) = (cpu_ms(pid) - cpu0, cpu_ms(redis_pid) - r0);
+            let per_event = cpu * 1000.0 / events.max(1) as f64;
+            if shared {
+                shared_us.push(per_event);
+                redis_us.push(r * 1000.0 / events.max(1) as f64);
+            } else {
+                local_us.push(per_event);
+            }
+        }
+    }
+    let used_memory = || {
+        redis
+            .command("INFO memory")
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = used_memory();
+    let held = burst_round(&one, streams).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    println!(
+        "Redis memory per held event (MAXLEN ~ 4096; {held} events): {:.0} bytes",
+        (used_memory() - before) / held.max(1) as f64
+    );
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    println!(
+        "server CPU per event ({rounds} rounds x {streams} streams x ~2003 events; median): in-memory {:.2} us, with Redis replay {:.2} us; redis-server {:.2} us",
+        median(&mut local_us),
+        median(&mut shared_us),
+        median(&mut redis_us)
+    );
+
+    let (mut cross, mut owner) = (Vec::new(), Vec::new());
+    for i in 0..200 {
+        let (id, url, token) = one.open_stream("slow").await;
+        let mut head = Reader::get(&one, &url, None).await;
+        head.next().await.expect("event 1");
+        head.next().await.expect("event 2");
+        drop(head);
+        // Event 3 is written (one token each 20 ms), in memory and in Redis: what is timed is
+        // the resume, not the wait for the upstream's next token.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let on = if i % 2 == 0 { &two } else { &one };
+        let start = tokio::time::Instant::now();
+        let mut resumed = Reader::get(on, &url, Some(2)).await;
+        let first = resumed.next().await.expect("the first replayed event");
+        let took = start.elapsed().as_secs_f64() * 1000.0;
+        assert_eq!(first.seq, Some(3));
+        if i % 2 == 0 {
+            cross.push(took);
+        } else {
+            owner.push(took);
+        }
+        drop(resumed);
+        let _ = client()
+            .delete(one.url(&format!("/v1/streams/{id}?token={token}")))
+            .send()
+            .await;
+    }
+    cross.sort_by(|a, b| a.total_cmp(b));
+    owner.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "resume -> first replayed event ({} each): on the other instance p50 {:.2} ms p99 {:.2} ms; on the owner p50 {:.2} ms p99 {:.2} ms",
+        cross.len(),
+        percentile(&cross, 0.5),
+        percentile(&cross, 0.99),
+        percentile(&owner, 0.5),
+        percentile(&owner, 0.99)
+    );
 }
