@@ -30,6 +30,9 @@ pub struct RemoteReader {
     readers: String,
     /// Seq of the next event this reader must get.
     next: u64,
+    /// The newest entry fetched so far: the next `XREAD` starts after it (not after `next`,
+    /// so an entry that cannot be used is not fetched again and again).
+    cursor: u64,
     buf: VecDeque<(u64, Event)>,
     /// Once set, every later call answers this (`Gap` or `End`).
     finish: Option<Read>,
@@ -46,6 +49,7 @@ impl RemoteReader {
             meta: replay.meta_key(id),
             readers: replay.readers_key(id),
             next: after.saturating_add(1),
+            cursor: after,
             buf: VecDeque::with_capacity(BATCH),
             finish: None,
             failures: 0,
@@ -112,7 +116,7 @@ impl RemoteReader {
             .arg(ms(BLOCK))
             .arg("STREAMS")
             .arg(&self.key)
-            .arg(format!("{}-0", self.next.saturating_sub(1)));
+            .arg(format!("{}-0", self.cursor));
         let budget = BLOCK + self.op_timeout;
         let conn = self.connection().await?;
         let reply = match tokio::time::timeout(budget, pipe.query_async::<(Option<StreamReadReply>,)>(conn)).await {
@@ -128,6 +132,7 @@ impl RemoteReader {
         }
         for entry in entries {
             let Some(seq) = entry_seq(&entry.id) else { continue };
+            self.cursor = self.cursor.max(seq);
             let text = |field: &str| match entry.map.get(field) {
                 Some(Value::BulkString(b)) => Some(b.clone()),
                 Some(Value::SimpleString(s)) => Some(s.clone().into_bytes()),
@@ -220,6 +225,7 @@ mod tests {
             meta: "k:meta".into(),
             readers: "k:readers".into(),
             next: after + 1,
+            cursor: after,
             buf: VecDeque::new(),
             finish: None,
             failures: 0,
