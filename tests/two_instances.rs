@@ -513,20 +513,15 @@ async fn measure_replay_overhead_and_cross_instance_resume() {
             }
         }
     }
-    let used_memory = || {
-        redis
-            .command("INFO memory")
-            .lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let before = used_memory();
-    let held = burst_round(&one, streams).await;
+    // Redis memory of one finished stream's events (its Redis Stream key, every entry counted).
+    let (id, url, _) = one.open_stream("burst").await;
+    let held = Reader::get(&one, &url, None).await.rest().await.len();
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let usage = redis.command(&format!("MEMORY USAGE tailcut:replay:{id} SAMPLES 0"));
+    let bytes: f64 = usage.trim().trim_start_matches(':').parse().unwrap_or(0.0);
     println!(
-        "Redis memory per held event (MAXLEN ~ 4096; {held} events): {:.0} bytes",
-        (used_memory() - before) / held.max(1) as f64
+        "Redis memory per held event: {:.0} bytes ({held} events, MEMORY USAGE {bytes})",
+        bytes / held.max(1) as f64
     );
     let median = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
