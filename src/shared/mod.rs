@@ -7,6 +7,7 @@
 //! down. The next successful operation marks it up again; the connection manager reconnects
 //! on its own, with backoff.
 
+pub mod replay;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

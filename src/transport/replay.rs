@@ -98,6 +98,11 @@ impl Replay {
     /// oldest events are dropped while either bound is exceeded; the newest is always kept,
     /// so a late reader can still learn how the stream ended.
     pub fn push(&self, message: ServerMessage) -> Option<u64> {
+        self.push_event(message).map(|(seq, _)| seq)
+    }
+
+    /// `push`, also returning the stored event (to copy it elsewhere, e.g. to Redis).
+    pub fn push_event(&self, message: ServerMessage) -> Option<(u64, Event)> {
         let event = Event {
             name: message.name(),
             terminal: message.is_terminal(),
@@ -114,7 +119,10 @@ impl Replay {
             log.last += 1;
             log.finished = finished;
             log.bytes += cost;
-            log.events.push_back(Stored { event, cost });
+            log.events.push_back(Stored {
+                event: event.clone(),
+                cost,
+            });
             while log.events.len() > 1 && (log.events.len() > self.max_events || log.bytes > self.max_bytes) {
                 if let Some(old) = log.events.pop_front() {
                     log.bytes -= old.cost;
@@ -124,7 +132,7 @@ impl Replay {
             log.last
         };
         self.newest.send_replace(seq);
-        Some(seq)
+        Some((seq, event))
     }
 
     pub fn finished(&self) -> bool {

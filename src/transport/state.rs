@@ -49,6 +49,9 @@ impl AppState {
             tracing::error!(error = %e, "shared state is off: serving with local state");
             None
         });
+        if let Some(shared) = &shared {
+            resumable.share(Arc::clone(shared), &config.state);
+        }
         AppState {
             shared,
             streams: Arc::clone(gate.all()),

@@ -3,14 +3,18 @@
 //!
 //! - `run`: the task that drives one answer (detached cancel, cut, expiry).
 //! - `http`: `POST /v1/streams`, `GET /v1/streams/{id}/events`, `DELETE /v1/streams/{id}`.
+//! - `remote`: the same reads and cancels for a stream another instance runs, through Redis
+//!   (`[state] redis_url`; `shared::replay`).
 //!
 //! The WebSocket registers its requests here too, so any stream can be read over either.
 
 mod http;
+mod remote;
 mod run;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -21,8 +25,11 @@ use tokio::sync::watch;
 
 pub use http::{delete_stream, gap_error, open_stream, read_events};
 
+use super::native::ServerMessage;
 use super::replay::{Reader, Replay};
-use crate::config::StreamsConfig;
+use crate::config::{StateConfig, StreamsConfig};
+use crate::shared::replay::{Mirror, Owner, SharedReplay};
+use crate::shared::Shared;
 use crate::types::EventStream;
 
 /// Why a running stream was stopped from outside.
@@ -44,6 +51,10 @@ pub struct Stream {
     /// Readers attached now; the run cancels a stream left without one.
     readers: watch::Sender<usize>,
     stop: watch::Sender<Option<Stop>>,
+    /// Its copy in Redis, when state is shared.
+    mirror: Option<Mirror>,
+    /// A reader on another instance counts as one attached reader here.
+    remote_reader: AtomicBool,
 }
 
 impl Stream {
@@ -65,6 +76,15 @@ impl Stream {
         }
     }
 
+    /// Appends an event to the replay buffer and queues it for the shared copy.
+    fn record(&self, message: ServerMessage) {
+        if let Some((seq, event)) = self.replay.push_event(message) {
+            if let Some(mirror) = &self.mirror {
+                mirror.event(seq, event.name, event.terminal, &event.json);
+            }
+        }
+    }
+
     /// Asks the run to stop (no effect once the stream ended).
     pub fn stop(&self, why: Stop) {
         self.stop.send_if_modified(|s| {
@@ -75,6 +95,25 @@ impl Stream {
                 false
             }
         });
+    }
+}
+
+impl Owner for Stream {
+    fn cancel(&self) {
+        self.stop(Stop::Cancelled);
+    }
+
+    fn remote_reader(&self, present: bool) {
+        if self.remote_reader.swap(present, Ordering::Relaxed) != present {
+            self.readers.send_modify(|n| {
+                *n = if present { *n + 1 } else { n.saturating_sub(1) };
+            });
+        }
+    }
+
+    fn finished_at(&self) -> Option<u64> {
+        let (last, finished) = self.replay.last();
+        finished.then_some(last)
     }
 }
 
@@ -120,6 +159,9 @@ struct Table {
 pub struct Registry {
     config: StreamsConfig,
     table: Mutex<Table>,
+    /// `[state] redis_url`: streams are also written to Redis, and read from it when another
+    /// instance runs them.
+    shared: OnceLock<Arc<SharedReplay>>,
 }
 
 impl Registry {
@@ -134,7 +176,19 @@ impl Registry {
                 finished: VecDeque::new(),
                 gone_cap,
             }),
+            shared: OnceLock::new(),
         }
+    }
+
+    /// Shares streams through Redis from now on (set once, at start; inside a runtime).
+    pub fn share(&self, shared: Arc<Shared>, state: &StateConfig) {
+        let replay = SharedReplay::start(shared, state, self.config.max_events, self.config.keep_after_done);
+        let _ = self.shared.set(replay);
+    }
+
+    /// The shared copy of every stream, when state is shared.
+    pub fn remote(&self) -> Option<&Arc<SharedReplay>> {
+        self.shared.get()
     }
 
     pub fn config(&self) -> &StreamsConfig {
@@ -174,13 +228,20 @@ impl Registry {
                 table.forget(&oldest);
             }
             let id = format!("st_{}", random_b64::<16>());
-            let stream = Arc::new(Stream {
-                id: id.clone(),
-                token: random_b64::<24>(),
-                request_id,
-                replay: Arc::new(Replay::new(self.config.max_events, self.config.max_bytes)),
-                readers: watch::Sender::new(0),
-                stop: watch::Sender::new(None),
+            let token = random_b64::<24>();
+            let stream = Arc::new_cyclic(|me: &Weak<Stream>| {
+                let owner: Weak<dyn Owner> = me.clone();
+                let mirror = self.shared.get().map(|s| s.open(&id, &token, &request_id, owner));
+                Stream {
+                    id: id.clone(),
+                    token,
+                    request_id,
+                    replay: Arc::new(Replay::new(self.config.max_events, self.config.max_bytes)),
+                    readers: watch::Sender::new(0),
+                    stop: watch::Sender::new(None),
+                    mirror,
+                    remote_reader: AtomicBool::new(false),
+                }
             });
             table.live.insert(id, Arc::clone(&stream));
             stream

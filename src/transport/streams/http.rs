@@ -11,7 +11,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use super::{Attached, Refused, Stop, Stream};
+use super::{remote, Attached, Refused, Stop, Stream};
+use crate::shared::replay::RemoteReader;
 use crate::transport::chat::serve_chat;
 use crate::transport::error::ErrorReply;
 use crate::transport::native::{ServerMessage, StreamCode};
@@ -77,11 +78,27 @@ pub async fn read_events(
         Ok(p) => p,
         Err(message) => return bad_request(message),
     };
-    let stream = match state.resumable.find(&id, params.token.as_deref()) {
-        Ok(stream) => stream,
-        Err(refused) => return refused_response(refused),
-    };
     let after = params.last_event_id.unwrap_or(0);
+    let config = state.resumable.config();
+    let stream = match (
+        state.resumable.find(&id, params.token.as_deref()),
+        state.resumable.remote(),
+    ) {
+        (Ok(stream), _) => stream,
+        // Not held here: another instance may run it.
+        (Err(Refused::NotFound), Some(shared)) => {
+            return match remote::open_reader(shared, &id, params.token.as_deref(), after).await {
+                Ok((reader, request_id)) => events_response(
+                    Source::Remote(Box::new(reader)),
+                    request_id,
+                    config.retry,
+                    state.config.server.sse_keepalive,
+                ),
+                Err(response) => response,
+            };
+        }
+        (Err(refused), _) => return refused_response(refused),
+    };
     match stream.replay.check_resume(after) {
         Resume::Finished => return StatusCode::NO_CONTENT.into_response(),
         Resume::Ahead { last } => {
@@ -90,8 +107,13 @@ pub async fn read_events(
         }
         Resume::Ok | Resume::Gap { .. } => {}
     }
-    let config = state.resumable.config();
-    events_response(stream.attach(after), config.retry, state.config.server.sse_keepalive)
+    let request_id = stream.request_id.clone();
+    events_response(
+        Source::Local(stream.attach(after)),
+        request_id,
+        config.retry,
+        state.config.server.sse_keepalive,
+    )
 }
 
 /// `DELETE /v1/streams/{id}?token=T`: cancels a running stream (its readers get an `error`
@@ -101,16 +123,17 @@ pub async fn delete_stream(State(state): State<AppState>, Path(id): Path<String>
         Ok(p) => p.token,
         Err(message) => return bad_request(message),
     };
-    match state.resumable.find(&id, token.as_deref()) {
-        Ok(stream) => {
+    match (state.resumable.find(&id, token.as_deref()), state.resumable.remote()) {
+        (Ok(stream), _) => {
             stream.stop(Stop::Cancelled);
             StatusCode::NO_CONTENT.into_response()
         }
-        Err(refused) => refused_response(refused),
+        (Err(Refused::NotFound), Some(shared)) => remote::cancel(shared, &id, token.as_deref()).await,
+        (Err(refused), _) => refused_response(refused),
     }
 }
 
-fn refused_response(refused: Refused) -> Response {
+pub(super) fn refused_response(refused: Refused) -> Response {
     match refused {
         Refused::NotFound => refusal(404, StreamCode::NotFound, "no such stream"),
         Refused::Gone => refusal(
@@ -131,7 +154,7 @@ fn refusal(status: u16, code: StreamCode, message: impl Into<String>) -> Respons
     json_response(status, HeaderMap::new(), body.into_bytes())
 }
 
-fn bad_request(message: String) -> Response {
+pub(super) fn bad_request(message: String) -> Response {
     let body = ServerMessage::from_reply(None, &ErrorReply::bad_request(message)).to_json();
     json_response(400, HeaderMap::new(), body.into_bytes())
 }
@@ -181,11 +204,10 @@ fn seq(text: &str) -> Option<u64> {
 /// keep-alive comments while idle, and the end after the terminal event. Events already in
 /// the buffer go out together in one write (up to `BATCH_BYTES`), so a replay does not
 /// cost a round of small TCP writes.
-fn events_response(mut attached: Attached, retry: Duration, keepalive: Duration) -> Response {
-    let request_id = attached.stream.request_id.clone();
+fn events_response(mut source: Source, request_id: String, retry: Duration, keepalive: Duration) -> Response {
     let frames = async_stream::stream! {
         let mut out = format!("retry: {}\n\n", retry.as_millis()).into_bytes();
-        let mut read = attached.reader.next().await;
+        let mut read = source.next().await;
         loop {
             let end = match read {
                 Read::Event(seq, event) => {
@@ -203,13 +225,13 @@ fn events_response(mut attached: Attached, retry: Duration, keepalive: Duration)
                 yield Bytes::from(out);
                 break;
             }
-            match attached.reader.try_next() {
+            match source.try_next() {
                 Some(next) if out.len() < BATCH_BYTES => read = next,
                 waiting => {
                     yield Bytes::from(std::mem::take(&mut out));
                     read = match waiting {
                         Some(next) => next,
-                        None => attached.reader.next().await,
+                        None => source.next().await,
                     };
                 }
             }
@@ -222,6 +244,29 @@ fn events_response(mut attached: Attached, retry: Duration, keepalive: Duration)
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
+}
+
+/// Where a reader's events come from: the replay buffer here (attached while it reads), or
+/// the shared copy in Redis of a stream another instance runs.
+enum Source {
+    Local(Attached),
+    Remote(Box<RemoteReader>),
+}
+
+impl Source {
+    async fn next(&mut self) -> Read {
+        match self {
+            Source::Local(attached) => attached.reader.next().await,
+            Source::Remote(reader) => reader.next().await,
+        }
+    }
+
+    fn try_next(&mut self) -> Option<Read> {
+        match self {
+            Source::Local(attached) => attached.reader.try_next(),
+            Source::Remote(reader) => reader.try_next(),
+        }
+    }
 }
 
 /// The most bytes of already-buffered events sent in one write.

@@ -34,7 +34,7 @@ pub(super) async fn run(
             changed = stop.changed() => {
                 let why = if changed.is_ok() { stop.borrow_and_update().clone() } else { None };
                 if let Some(why) = why {
-                    stream.replay.push(stopped(&request_id, &stream.id, why));
+                    stream.record(stopped(&request_id, &stream.id, why));
                     break;
                 }
             }
@@ -51,7 +51,7 @@ pub(super) async fn run(
                     "no reader was attached for {} ms; the answer was cancelled",
                     config.detached_cancel.as_millis()
                 );
-                stream.replay.push(ServerMessage::stream_error(Some(request_id.clone()), StreamCode::Detached, message));
+                stream.record(ServerMessage::stream_error(Some(request_id.clone()), StreamCode::Detached, message));
                 break;
             }
             event = events.next() => {
@@ -63,7 +63,7 @@ pub(super) async fn run(
                     ),
                 };
                 let terminal = message.is_terminal();
-                stream.replay.push(message);
+                stream.record(message);
                 if terminal {
                     break;
                 }

@@ -200,3 +200,36 @@ async fn a_finished_stream_gives_its_place_to_a_new_one() {
     );
     assert!(registry.is_full(), "two running streams fill max_open = 2");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reader_on_another_instance_counts_as_attached_once_and_a_remote_cancel_stops() {
+    let registry = Arc::new(Registry::new(config()));
+    let permits = Arc::new(Semaphore::new(1));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let permit = permits.clone().try_acquire_owned().expect("permit");
+    let stream = registry
+        .open(endless(dropped.clone()), "req_1".into(), permit)
+        .expect("room");
+    let owner: &dyn Owner = stream.as_ref();
+    // The poller reports the remote reader each second while it reads; only changes count.
+    owner.remote_reader(true);
+    owner.remote_reader(true);
+    assert_eq!(*stream.readers.borrow(), 1, "one remote reader is one attached reader");
+    tokio::time::advance(Duration::from_secs(60)).await;
+    settle().await;
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "a remote reader keeps the stream running"
+    );
+    owner.remote_reader(false);
+    owner.remote_reader(false);
+    assert_eq!(*stream.readers.borrow(), 0, "and its leaving detaches it, once");
+    assert_eq!(owner.finished_at(), None, "still running");
+    owner.cancel();
+    settle().await;
+    assert!(dropped.load(Ordering::SeqCst), "a DELETE elsewhere stops the upstream");
+    let events = read_to_end(&stream, 0).await;
+    let last = events.last().map(|(_, m)| m["code"].clone());
+    assert_eq!(last, Some(json!("cancelled")));
+    assert_eq!(owner.finished_at(), Some(events.len() as u64), "the terminal seq");
+}

@@ -1,0 +1,574 @@
+//! Two tailcut processes sharing one Redis: a stream started on one resumes on the other
+//! exactly once, a `DELETE` on either cancels it, and both keep serving while Redis is down
+//! (and share again once it is back).
+//!
+//! Real processes and real time: every wait is bounded and generous, and nothing asserts
+//! how fast anything is.
+
+#[path = "support/redis.rs"]
+mod redis_server;
+
+use std::io::Write as _;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis_server::{free_port, RedisServer};
+use serde_json::{json, Value};
+
+#[test]
+fn the_test_redis_starts_is_killed_and_restarts_empty_on_its_port() {
+    let mut redis = RedisServer::start();
+    assert!(redis.answers());
+    assert!(redis.command("SET k v").starts_with("+OK"));
+    assert_eq!(redis.command("GET k"), "$1\r\nv\r\n");
+    let port = redis.port();
+    redis.kill();
+    assert!(!redis.answers(), "killed");
+    redis.restart();
+    assert_eq!(redis.port(), port);
+    assert!(redis.answers());
+    assert_eq!(redis.command("GET k"), "$-1\r\n", "no persistence: a restart is empty");
+}
+
+/// `chat`: 120 tokens 5 ms apart (about 0.6 s); `slow`: 4000 tokens 20 ms apart (far longer
+/// than any test waits); `burst`: 2000 tokens at once (for the measurement). `[state]` only
+/// with a Redis URL.
+fn config(redis_url: Option<&str>, instance: &str) -> String {
+    let state = redis_url.map_or_else(String::new, |url| {
+        format!("[state]\nredis_url = \"{url}\"\ninstance = \"{instance}\"\nop_timeout_ms = 250\n")
+    });
+    format!(
+        r#"[server]
+sse_keepalive_ms = 600000
+drain_grace_ms = 0
+[sim]
+listen = "127.0.0.1:0"
+[sim.scenarios.long]
+ttft = {{ median_ms = 5.0, sigma = 0.0 }}
+inter_token_ms = 5.0
+tokens = 120
+[sim.scenarios.endless]
+ttft = {{ median_ms = 5.0, sigma = 0.0 }}
+inter_token_ms = 20.0
+tokens = 4000
+[[routes]]
+name = "a"
+provider = "simulated"
+wire = "openai"
+scenario = "long"
+model = "model-a"
+region = "eu"
+[[routes]]
+name = "b"
+provider = "simulated"
+wire = "openai"
+scenario = "endless"
+model = "model-b"
+region = "eu"
+[models.chat]
+routes = ["a"]
+[sim.scenarios.burst]
+ttft = {{ median_ms = 1.0, sigma = 0.0 }}
+inter_token_ms = 0.0
+tokens = 2000
+[[routes]]
+name = "c"
+provider = "simulated"
+wire = "openai"
+scenario = "burst"
+model = "model-c"
+region = "eu"
+[models.slow]
+routes = ["b"]
+[models.burst]
+routes = ["c"]
+[server.streams]
+max_events = 4096
+max_bytes = 1048576
+{state}"#
+    )
+}
+
+/// One `tailcut serve` child process on a free loopback port. Killed when dropped.
+struct Instance {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Instance {
+    async fn start(redis_url: &str, name: &str) -> Instance {
+        Instance::start_with(Some(redis_url), name).await
+    }
+
+    async fn start_with(redis_url: Option<&str>, name: &str) -> Instance {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("tailcut.toml");
+        let mut file = std::fs::File::create(&path).expect("config file");
+        file.write_all(config(redis_url, name).as_bytes())
+            .expect("write config");
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_tailcut"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tailcut");
+        let instance = Instance {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        for _ in 0..300 {
+            if let Ok(resp) = client().get(instance.url("/healthz")).send().await {
+                if resp.status() == 200 {
+                    return instance;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("tailcut instance {name} did not answer /healthz within 30 s");
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn get_text(&self, path: &str) -> String {
+        let resp = client().get(self.url(path)).send().await.expect("request sent");
+        resp.text().await.unwrap_or_default()
+    }
+
+    /// `POST /v1/streams`: (id, events_url, token).
+    async fn open_stream(&self, model: &str) -> (String, String, String) {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "Tell me a story."}]});
+        let resp = client()
+            .post(self.url("/v1/streams"))
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(resp.status(), 201, "stream created");
+        let body: Value = resp.json().await.expect("JSON");
+        let s = |k: &str| body[k].as_str().unwrap_or_else(|| panic!("{k} in {body}")).to_string();
+        (s("id"), s("events_url"), s("token"))
+    }
+
+    /// A plain streaming chat completion, read to its end: (status, text).
+    async fn chat(&self) -> (u16, String) {
+        let body = json!({"model": "chat", "stream": true, "messages": [{"role": "user", "content": "Hi"}]});
+        let resp = client()
+            .post(self.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = resp.status().as_u16();
+        let text = tokio::time::timeout(Duration::from_secs(30), resp.text())
+            .await
+            .expect("the chat ends")
+            .unwrap_or_default();
+        (status, text)
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    // Plain HTTP only, but reqwest wants a TLS provider chosen before building a client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .build()
+        .expect("client")
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Event {
+    seq: Option<u64>,
+    name: String,
+    data: Value,
+}
+
+/// One open `GET …/events`, read event by event.
+struct Reader {
+    status: u16,
+    body: Option<futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>>,
+    buf: String,
+}
+
+impl Reader {
+    async fn get(instance: &Instance, url: &str, after: Option<u64>) -> Reader {
+        let mut req = client().get(instance.url(url));
+        if let Some(n) = after {
+            req = req.header("last-event-id", n.to_string());
+        }
+        let resp = req.send().await.expect("request sent");
+        Reader {
+            status: resp.status().as_u16(),
+            body: Some(resp.bytes_stream().boxed()),
+            buf: String::new(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(at) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..at + 2).collect();
+                if let Some(event) = parse(&block) {
+                    return Some(event);
+                }
+                continue;
+            }
+            let body = self.body.as_mut()?;
+            let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
+                .await
+                .expect("no hang waiting for an event");
+            match chunk {
+                Some(Ok(bytes)) => self.buf.push_str(&String::from_utf8_lossy(&bytes)),
+                _ => {
+                    self.body = None;
+                    return None;
+                }
+            }
+        }
+    }
+
+    async fn rest(&mut self) -> Vec<Event> {
+        let mut out = Vec::new();
+        while let Some(e) = self.next().await {
+            out.push(e);
+        }
+        out
+    }
+}
+
+fn parse(block: &str) -> Option<Event> {
+    let (mut seq, mut name, mut data) = (None, None, String::new());
+    for line in block.lines() {
+        if let Some(v) = line.strip_prefix("id: ") {
+            seq = Some(v.parse().expect("numeric id"));
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            name = Some(v.to_string());
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            data.push_str(v);
+        }
+    }
+    let name = name?;
+    let data = serde_json::from_str(&data).unwrap_or_else(|e| panic!("data is JSON ({e}): {data}"));
+    Some(Event { seq, name, data })
+}
+
+fn seqs(events: &[Event]) -> Vec<u64> {
+    events.iter().filter_map(|e| e.seq).collect()
+}
+
+fn text(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter(|e| e.name == "delta")
+        .filter_map(|e| e.data["text"].as_str())
+        .collect()
+}
+
+/// Polls `what` on `instance` until `pred` holds on its text (bounded: 30 s).
+async fn wait_until(instance: &Instance, path: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let mut last = String::new();
+    for _ in 0..300 {
+        last = instance.get_text(path).await;
+        if pred(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what} on {path}; last answer: {last}");
+}
+
+fn redis_up(metrics: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("tailcut_redis_up"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_started_on_one_instance_resumes_on_the_other_exactly_once() {
+    let redis = RedisServer::start();
+    let one = Instance::start(&redis.url(), "one").await;
+    let two = Instance::start(&redis.url(), "two").await;
+    wait_until(&one, "/readyz", "redis reachable", |t| t == "ready").await;
+
+    let (id, events_url, token) = one.open_stream("chat").await;
+    // A few events on the owner, then the connection drops…
+    let mut first = Reader::get(&one, &events_url, None).await;
+    assert_eq!(first.status, 200);
+    let mut head = Vec::new();
+    for _ in 0..10 {
+        head.push(first.next().await.expect("an event on the owner"));
+    }
+    drop(first);
+    let last_seen = *seqs(&head).last().expect("seqs");
+    // …and the reconnect lands on the other instance.
+    let mut resumed = Reader::get(&two, &events_url, Some(last_seen)).await;
+    assert_eq!(resumed.status, 200, "the other instance serves the stream");
+    let tail = resumed.rest().await;
+    let tail_seqs = seqs(&tail);
+    assert_eq!(
+        tail_seqs.first(),
+        Some(&(last_seen + 1)),
+        "starts right after Last-Event-ID"
+    );
+    assert!(
+        tail_seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "in order, no gap, no duplicate: {tail_seqs:?}"
+    );
+    assert_eq!(tail.last().map(|e| e.name.as_str()), Some("done"), "to the end");
+
+    // The same events as one uninterrupted read on the owner, and on the other instance.
+    let (mut whole_one, mut whole_two) = (
+        Reader::get(&one, &events_url, None).await,
+        Reader::get(&two, &events_url, None).await,
+    );
+    let (whole_one, whole_two) = (whole_one.rest().await, whole_two.rest().await);
+    let stitched: Vec<Event> = head.iter().chain(tail.iter()).cloned().collect();
+    assert_eq!(
+        stitched, whole_one,
+        "head on one + tail on two = the whole stream, exactly once"
+    );
+    assert_eq!(whole_two, whole_one, "both instances replay the same events");
+    assert_eq!(text(&stitched), text(&whole_one));
+    assert!(!text(&whole_one).is_empty());
+
+    let terminal = *tail_seqs.last().expect("terminal seq");
+    let at_end = Reader::get(&two, &events_url, Some(terminal)).await;
+    assert_eq!(at_end.status, 204, "resuming at the terminal event: no content");
+    let ahead = Reader::get(&two, &events_url, Some(terminal + 5)).await;
+    assert_eq!(ahead.status, 400, "beyond the newest event");
+    let wrong = Reader::get(&two, &format!("/v1/streams/{id}/events?token=x{token}"), None).await;
+    assert_eq!(wrong.status, 403, "another token does not open it");
+    let unknown = Reader::get(&two, &format!("/v1/streams/st_nope/events?token={token}"), None).await;
+    assert_eq!(unknown.status, 404);
+    assert!(
+        !redis
+            .command(&format!("HGET tailcut:replay:{id}:meta token"))
+            .contains(&token),
+        "Redis keeps the token's hash, not the token"
+    );
+
+    // A DELETE on the other instance cancels a stream the owner runs.
+    let (slow_id, slow_url, slow_token) = one.open_stream("slow").await;
+    let mut owner_reader = Reader::get(&one, &slow_url, None).await;
+    owner_reader.next().await.expect("the slow stream started");
+    let deleted = client()
+        .delete(two.url(&format!("/v1/streams/{slow_id}?token={slow_token}")))
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(deleted.status(), 204);
+    let rest = owner_reader.rest().await;
+    let end = rest.last().expect("the stream ended");
+    assert_eq!(end.name, "error");
+    assert_eq!(
+        end.data["code"], "cancelled",
+        "cancelled by the DELETE on the other instance: {end:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_killed_both_instances_keep_serving_and_share_again_after_it_returns() {
+    let mut redis = RedisServer::start();
+    let one = Instance::start(&redis.url(), "one").await;
+    let two = Instance::start(&redis.url(), "two").await;
+    for instance in [&one, &two] {
+        wait_until(instance, "/readyz", "redis reachable", |t| t == "ready").await;
+    }
+
+    redis.kill();
+    for instance in [&one, &two] {
+        let ready = wait_until(instance, "/readyz", "redis unreachable", |t| t.contains("unreachable")).await;
+        assert!(
+            ready.starts_with("ready"),
+            "Redis down never makes an instance unready: {ready}"
+        );
+        let metrics = wait_until(instance, "/metrics", "tailcut_redis_up 0", |m| redis_up(m) == Some(0.0)).await;
+        assert_eq!(redis_up(&metrics), Some(0.0));
+        let (status, body) = instance.chat().await;
+        assert_eq!(status, 200, "new chats are served: {body}");
+        assert!(body.contains("[DONE]"), "to the end");
+        // A resumable stream still works on the instance that runs it.
+        let (_, events_url, _) = instance.open_stream("chat").await;
+        let mut reader = Reader::get(instance, &events_url, None).await;
+        let events = reader.rest().await;
+        assert_eq!(events.last().map(|e| e.name.as_str()), Some("done"));
+        let mut again = Reader::get(instance, &events_url, Some(3)).await;
+        assert_eq!(seqs(&again.rest().await).first(), Some(&4), "and resumes there");
+    }
+    // What a reader of the other instance gets meanwhile: 503, retry.
+    let (_, events_url, _) = one.open_stream("chat").await;
+    let elsewhere = Reader::get(&two, &events_url, None).await;
+    assert_eq!(elsewhere.status, 503, "not held here, and Redis is unreachable");
+
+    redis.restart();
+    for instance in [&one, &two] {
+        wait_until(instance, "/readyz", "redis reachable again", |t| t == "ready").await;
+        wait_until(instance, "/metrics", "tailcut_redis_up 1", |m| redis_up(m) == Some(1.0)).await;
+    }
+    let (_, events_url, _) = one.open_stream("chat").await;
+    let mut owner = Reader::get(&one, &events_url, None).await;
+    let head = vec![owner.next().await.expect("event"), owner.next().await.expect("event")];
+    drop(owner);
+    let mut resumed = Reader::get(&two, &events_url, Some(2)).await;
+    assert_eq!(resumed.status, 200, "sharing resumed");
+    let tail = resumed.rest().await;
+    assert_eq!(seqs(&tail).first(), Some(&3));
+    assert_eq!(tail.last().map(|e| e.name.as_str()), Some("done"));
+    let mut whole = Reader::get(&one, &events_url, None).await;
+    let whole = whole.rest().await;
+    let stitched: Vec<Event> = head.into_iter().chain(tail).collect();
+    assert_eq!(stitched, whole, "exactly once across the two");
+}
+
+/// User + system CPU time of process `pid` so far, from `/proc/<pid>/stat` (clock ticks of
+/// 10 ms).
+fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) * 10.0
+}
+
+/// Opens `streams` burst streams on `instance` at once, reads each to its end; returns the
+/// events read.
+async fn burst_round(instance: &Instance, streams: usize) -> usize {
+    let mut tasks = Vec::new();
+    for _ in 0..streams {
+        let (_, url, _) = instance.open_stream("burst").await;
+        let base = instance.base.clone();
+        tasks.push(tokio::spawn(async move {
+            let resp = client().get(format!("{base}{url}")).send().await.expect("request sent");
+            let body = resp.text().await.unwrap_or_default();
+            body.matches("\nevent: ").count() + usize::from(body.starts_with("event: "))
+        }));
+    }
+    let mut events = 0;
+    for t in tasks {
+        events += t.await.expect("reader");
+    }
+    events
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Measurement, not a check: `cargo test --test two_instances -- --ignored --nocapture`.
+/// (1) Server CPU per relayed event of a resumable stream with Redis replay against
+/// in-memory only, two instances side by side in one run, alternating rounds; Redis's own
+/// CPU reported apart. (2) Resume latency across instances: from sending the reconnect to
+/// instance two to its first replayed event (already written), p50/p99, beside the same on
+/// the owner. Debug build: the figures compare, they are not the release build's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; run with --ignored --nocapture"]
+async fn measure_replay_overhead_and_cross_instance_resume() {
+    let redis = RedisServer::start();
+    let local = Instance::start_with(None, "local").await;
+    let one = Instance::start(&redis.url(), "one").await;
+    let two = Instance::start(&redis.url(), "two").await;
+    wait_until(&one, "/readyz", "redis reachable", |t| t == "ready").await;
+    let redis_pid = redis.pid().expect("redis runs");
+    let (streams, rounds) = (20, 5);
+    // Warm-up.
+    burst_round(&local, 4).await;
+    burst_round(&one, 4).await;
+    let (mut local_us, mut shared_us, mut redis_us) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for shared in [false, true] {
+            let instance = if shared { &one } else { &local };
+            let pid = instance.child.id();
+            let (cpu0, r0) = (cpu_ms(pid), cpu_ms(redis_pid));
+            let events = burst_round(instance, streams).await;
+            // Let the writer drain its queue before reading the counters.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let (cpu, r) = (cpu_ms(pid) - cpu0, cpu_ms(redis_pid) - r0);
+            let per_event = cpu * 1000.0 / events.max(1) as f64;
+            if shared {
+                shared_us.push(per_event);
+                redis_us.push(r * 1000.0 / events.max(1) as f64);
+            } else {
+                local_us.push(per_event);
+            }
+        }
+    }
+    // Redis memory of one finished stream's events (its Redis Stream key, every entry counted).
+    let (id, url, _) = one.open_stream("burst").await;
+    let held = Reader::get(&one, &url, None).await.rest().await.len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let usage = redis.command(&format!("MEMORY USAGE tailcut:replay:{id} SAMPLES 0"));
+    let bytes: f64 = usage.trim().trim_start_matches(':').parse().unwrap_or(0.0);
+    println!(
+        "Redis memory per held event: {:.0} bytes ({held} events, MEMORY USAGE {bytes})",
+        bytes / held.max(1) as f64
+    );
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    println!(
+        "server CPU per event ({rounds} rounds x {streams} streams x ~2003 events; median): in-memory {:.2} us, with Redis replay {:.2} us; redis-server {:.2} us",
+        median(&mut local_us),
+        median(&mut shared_us),
+        median(&mut redis_us)
+    );
+
+    let (mut cross, mut owner) = (Vec::new(), Vec::new());
+    for i in 0..200 {
+        let (id, url, token) = one.open_stream("slow").await;
+        let mut head = Reader::get(&one, &url, None).await;
+        head.next().await.expect("event 1");
+        head.next().await.expect("event 2");
+        drop(head);
+        // Event 3 is written (one token each 20 ms), in memory and in Redis: what is timed is
+        // the resume, not the wait for the upstream's next token.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let on = if i % 2 == 0 { &two } else { &one };
+        let start = tokio::time::Instant::now();
+        let mut resumed = Reader::get(on, &url, Some(2)).await;
+        let first = resumed.next().await.expect("the first replayed event");
+        let took = start.elapsed().as_secs_f64() * 1000.0;
+        assert_eq!(first.seq, Some(3));
+        if i % 2 == 0 {
+            cross.push(took);
+        } else {
+            owner.push(took);
+        }
+        drop(resumed);
+        let _ = client()
+            .delete(one.url(&format!("/v1/streams/{id}?token={token}")))
+            .send()
+            .await;
+    }
+    cross.sort_by(|a, b| a.total_cmp(b));
+    owner.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "resume -> first replayed event ({} each): on the other instance p50 {:.2} ms p99 {:.2} ms; on the owner p50 {:.2} ms p99 {:.2} ms",
+        cross.len(),
+        percentile(&cross, 0.5),
+        percentile(&cross, 0.99),
+        percentile(&owner, 0.5),
+        percentile(&owner, 0.99)
+    );
+}
