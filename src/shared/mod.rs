@@ -7,6 +7,12 @@
 //! down. The next successful operation marks it up again; the connection manager reconnects
 //! on its own, with backoff.
 
+pub mod gcra;
+pub mod hints;
+pub mod leases;
+#[cfg(test)]
+mod testkit;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
