@@ -11,7 +11,7 @@ pub mod gcra;
 pub mod hints;
 pub mod leases;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -49,11 +49,13 @@ impl AppState {
             tracing::error!(error = %e, "shared state is off: serving with local state");
             None
         });
+        // Per-key limits and health hints shared with other instances (`shared::hints`).
+        let access = Arc::new(Access::new(&config).with_shared(shared.as_ref()));
         AppState {
             shared,
             streams: Arc::clone(gate.all()),
             gate,
-            access: Arc::new(Access::new(&config)),
+            access,
             gateway,
             config,
             metrics: crate::telemetry::install(),
