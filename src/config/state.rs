@@ -113,7 +113,10 @@ impl Validator {
         }
         if let Some(ms) = raw.lease_ttl_ms {
             if ms < 1000 {
-                self.problem("state.lease_ttl_ms", "must be at least 1000 (leases are renewed every third of it)");
+                self.problem(
+                    "state.lease_ttl_ms",
+                    "must be at least 1000 (leases are renewed every third of it)",
+                );
             } else {
                 state.lease_ttl = Duration::from_millis(ms);
             }

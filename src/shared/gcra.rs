@@ -87,7 +87,10 @@ mod tests {
                     wait > Duration::from_secs(29) && wait <= Duration::from_secs(30),
                     "one interval (60 s / 2) to wait, not {wait:?}"
                 ),
-                other => panic!("the third request of the minute is refused on {}: {other:?}", who.instance()),
+                other => panic!(
+                    "the third request of the minute is refused on {}: {other:?}",
+                    who.instance()
+                ),
             }
         }
         assert_eq!(
@@ -101,7 +104,10 @@ mod tests {
     async fn tpm_counts_tokens_and_a_refusal_takes_nothing_from_rpm() {
         let server = RedisServer::start();
         let s = shared(&server, "i-1");
-        assert_eq!(s.take_rate("k", Some(3), Some(1000), 600).await, Some(Verdict::Admitted));
+        assert_eq!(
+            s.take_rate("k", Some(3), Some(1000), 600).await,
+            Some(Verdict::Admitted)
+        );
         match s.take_rate("k", Some(3), Some(1000), 600).await {
             Some(Verdict::Refused {
                 limit: Which::Tpm,

@@ -223,8 +223,16 @@ mod tests {
         let two = StreamLeases::start(shared(&server, "i-2"), Duration::from_secs(15));
         let a = one.acquire("app", 2).await.expect("redis answers").expect("first");
         let _b = two.acquire("app", 2).await.expect("redis answers").expect("second");
-        assert_eq!(one.acquire("app", 2).await.map(|r| r.err()), Some(Some(Full)), "full on i-1");
-        assert_eq!(two.acquire("app", 2).await.map(|r| r.err()), Some(Some(Full)), "full on i-2");
+        assert_eq!(
+            one.acquire("app", 2).await.map(|r| r.err()),
+            Some(Some(Full)),
+            "full on i-1"
+        );
+        assert_eq!(
+            two.acquire("app", 2).await.map(|r| r.err()),
+            Some(Some(Full)),
+            "full on i-2"
+        );
         assert!(
             matches!(two.acquire("other", 1).await, Some(Ok(_))),
             "another key has its own cap"
@@ -242,7 +250,11 @@ mod tests {
         let dead = StreamLeases::new(shared(&server, "dead"), ttl);
         std::mem::forget(dead.acquire("app", 1).await.expect("redis").expect("taken"));
         let alive = StreamLeases::start(shared(&server, "alive"), ttl);
-        assert_eq!(alive.acquire("app", 1).await.map(|r| r.err()), Some(Some(Full)), "held by the dead one");
+        assert_eq!(
+            alive.acquire("app", 1).await.map(|r| r.err()),
+            Some(Some(Full)),
+            "held by the dead one"
+        );
         let lease = eventually_acquire(&alive, "app", 1).await;
         // Three ttls later the renewed lease still holds the only place.
         tokio::time::sleep(ttl * 3).await;

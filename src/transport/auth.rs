@@ -349,7 +349,10 @@ impl Caller {
     fn admit_at(&self, req: &ChatRequest, ctx: &mut RequestCtx, now: Instant) -> Result<Admission, Refusal> {
         self.bind(ctx)?;
         let Some(a) = &self.authed else {
-            return Ok(Admission { slot: None, lease: None });
+            return Ok(Admission {
+                slot: None,
+                lease: None,
+            });
         };
         let slot = self.local_slot(a, req)?;
         a.key.limits.lock().take(now, token_cost(req))?;

@@ -51,6 +51,9 @@ impl AppState {
         });
         // Per-key limits and health hints shared with other instances (`shared::hints`).
         let access = Arc::new(Access::new(&config).with_shared(shared.as_ref()));
+        if let Some(shared) = &shared {
+            crate::shared::hints::spawn(shared, gateway.health(), config.state.hint_poll);
+        }
         AppState {
             shared,
             streams: Arc::clone(gate.all()),

@@ -23,7 +23,10 @@ impl Caller {
     ) -> Result<Admission, Refusal> {
         self.bind(ctx)?;
         let Some(a) = &self.authed else {
-            return Ok(Admission { slot: None, lease: None });
+            return Ok(Admission {
+                slot: None,
+                lease: None,
+            });
         };
         let slot = self.local_slot(a, req)?;
         let name = a.key.config.name.as_str();
@@ -131,7 +134,10 @@ mod tests {
                 limit: Limit::Rpm,
                 per_minute: 3,
                 wait,
-            }) => assert!(wait > Duration::from_secs(19) && wait <= Duration::from_secs(20), "{wait:?}"),
+            }) => assert!(
+                wait > Duration::from_secs(19) && wait <= Duration::from_secs(20),
+                "{wait:?}"
+            ),
             other => panic!("the fourth of the minute is refused on i-2: {other:?}"),
         }
     }
@@ -168,6 +174,10 @@ mod tests {
         );
         let never = shared_at("redis://127.0.0.1:1", "i-3");
         let three = caller(&instance("rpm = 1\n", &never));
-        drop(admit(&three).await.expect("a Redis that never answered fails no request"));
+        drop(
+            admit(&three)
+                .await
+                .expect("a Redis that never answered fails no request"),
+        );
     }
 }
