@@ -250,7 +250,7 @@ async fn a_breaker_opened_on_one_instance_is_skipped_on_the_other() {
         .await
         .expect("drill sent");
     assert_eq!(drill.status(), 200, "the drill opens a's breaker on i-1");
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let mut served = None;
     for _ in 0..100 {
         let (status, _, body) = two.chat(STREAM_KEY).await;
