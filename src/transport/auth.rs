@@ -336,8 +336,7 @@ impl Caller {
         admitted
     }
 
-    /// Step 2 against this instance's limits only: for WebSocket requests, which are admitted
-    /// synchronously inside the session (`gated`).
+    /// Step 2 against this instance's limits only (WebSocket requests while Redis is down).
     pub fn admit_local(&self, req: &ChatRequest, ctx: &mut RequestCtx) -> Result<Admission, Refusal> {
         let admitted = self.admit_at(req, ctx, Instant::now());
         if let Err(refusal) = &admitted {
@@ -380,6 +379,8 @@ impl Caller {
     /// Wraps `chat` so each request it is given is admitted first (step 2 and 3 for a
     /// WebSocket); a refused request becomes an answer stream that ends at once with its
     /// error, which the session renders for that request's id like any other outcome.
+    /// With Redis, the shared lease and rates are taken when the answer stream is first
+    /// polled, before anything runs (`across`).
     pub fn gated<F>(
         self,
         mut chat: F,
@@ -387,9 +388,12 @@ impl Caller {
     where
         F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
     {
-        move |req, mut ctx| match self.admit_local(&req, &mut ctx) {
-            Ok(admission) => chat(req, ctx).map(|events| admission.guard(events)),
-            Err(refusal) => Ok(refusal.into_events(ctx.request_id)),
+        move |req, mut ctx| match self.across.clone().filter(|a| a.shared.is_up()) {
+            Some(across) => self.admit_deferred(across, req, ctx, &mut chat),
+            None => match self.admit_local(&req, &mut ctx) {
+                Ok(admission) => chat(req, ctx).map(|events| admission.guard(events)),
+                Err(refusal) => Ok(refusal.into_events(ctx.request_id)),
+            },
         }
     }
 }

@@ -3,12 +3,17 @@
 //! falls back to this instance's own semaphore or limiter, so a request never fails because
 //! Redis is down. The local semaphore applies either way.
 
+use std::sync::Arc;
+
+use futures::StreamExt;
 use tokio::time::Instant;
 
 use super::limits::{token_cost, Limit};
-use super::{Across, Admission, Caller, Refusal};
+use super::{refused, Across, Admission, Authed, Caller, Refusal};
+use crate::gateway::GatewayError;
 use crate::shared::gcra::{Verdict, Which};
-use crate::types::{ChatRequest, RequestCtx};
+use crate::shared::leases::Lease;
+use crate::types::{ChatRequest, EventStream, RequestCtx};
 
 impl Caller {
     /// Step 2 with Redis: models, the local stream slot, the shared stream lease, then the
@@ -29,6 +34,72 @@ impl Caller {
             });
         };
         let slot = self.local_slot(a, req)?;
+        let lease = self.take_shared(across, a, token_cost(req), now).await?;
+        Ok(Admission { slot, lease })
+    }
+
+    /// A WebSocket request (`Caller::gated`), which the session admits synchronously: the
+    /// model and the local slot are checked at once; the gateway's answer stream (lazy:
+    /// nothing runs until it is polled) then first takes the shared lease and rates, and is
+    /// replaced by the refusal's error when they refuse.
+    pub(super) fn admit_deferred<F>(
+        &self,
+        across: Arc<Across>,
+        req: ChatRequest,
+        mut ctx: RequestCtx,
+        chat: &mut F,
+    ) -> Result<EventStream, GatewayError>
+    where
+        F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError>,
+    {
+        let request_id = ctx.request_id.clone();
+        let checked = self.bind(&mut ctx).and_then(|()| match &self.authed {
+            None => Ok(None),
+            Some(a) => self.local_slot(a, &req).map(|slot| Some((slot, a.clone()))),
+        });
+        let (slot, authed) = match checked {
+            Ok(Some(checked)) => checked,
+            Ok(None) => return chat(req, ctx),
+            Err(refusal) => {
+                refused(&refusal, self.key_name());
+                return Ok(refusal.into_events(request_id));
+            }
+        };
+        let tokens = token_cost(&req);
+        let mut events = Some(chat(req, ctx)?);
+        let mut slot = Some(slot);
+        let caller = self.clone();
+        let taken = async move {
+            let taken = caller.take_shared(&across, &authed, tokens, Instant::now()).await;
+            if let Err(refusal) = &taken {
+                refused(refusal, caller.key_name());
+            }
+            taken
+        };
+        Ok(Box::pin(futures::stream::once(taken).flat_map(
+            move |taken| -> EventStream {
+                match (taken, events.take()) {
+                    (Ok(lease), Some(events)) => Admission {
+                        slot: slot.take().flatten(),
+                        lease,
+                    }
+                    .guard(events),
+                    (Err(refusal), _) => refusal.into_events(request_id.clone()),
+                    (Ok(_), None) => Box::pin(futures::stream::empty()),
+                }
+            },
+        )))
+    }
+
+    /// The shared part of admission: the key's stream lease, then its rates, each falling
+    /// back to local state when Redis does not answer.
+    async fn take_shared(
+        &self,
+        across: &Across,
+        a: &Authed,
+        tokens: u64,
+        now: Instant,
+    ) -> Result<Option<Lease>, Refusal> {
         let name = a.key.config.name.as_str();
         let lease = match a.key.config.max_streams {
             Some(max) => match across.leases.acquire(name, max).await {
@@ -38,7 +109,6 @@ impl Caller {
             },
             None => None,
         };
-        let tokens = token_cost(req);
         let (rpm, tpm) = {
             let limits = a.key.limits.lock();
             limits.check_size(tokens)?;
@@ -63,7 +133,7 @@ impl Caller {
             }
             None => a.key.limits.lock().take(now, tokens)?,
         }
-        Ok(Admission { slot, lease })
+        Ok(lease)
     }
 }
 
@@ -152,6 +222,43 @@ mod tests {
             }
         }
         panic!("the stream was not released within two seconds");
+    }
+
+    /// What a gated (WebSocket) request yields: `None` for an admitted one (the test's
+    /// answers are empty), the error's status for a refused one.
+    async fn ws_request(caller: &Caller) -> Option<u16> {
+        let mut chat = caller
+            .clone()
+            .gated(|_req, _ctx| Ok(Box::pin(futures::stream::empty()) as EventStream));
+        let events: Vec<_> = chat(chat_req(), RequestCtx::new(Dialect::Native))
+            .expect("refusals are events")
+            .collect()
+            .await;
+        events.into_iter().find_map(|e| match e {
+            crate::types::StreamEvent::Error(e) => Some(e.status),
+            _ => None,
+        })
+    }
+
+    fn chat_req() -> ChatRequest {
+        chat()
+    }
+
+    #[tokio::test]
+    async fn websocket_requests_share_the_rpm_too() {
+        let server = RedisServer::start();
+        let (s1, s2) = (shared(&server, "i-1"), shared(&server, "i-2"));
+        assert!(s1.ping().await && s2.ping().await, "redis is up");
+        let one = caller(&instance("rpm = 2\n", &s1));
+        let two = caller(&instance("rpm = 2\n", &s2));
+        assert_eq!(ws_request(&one).await, None, "first, over i-1's socket");
+        assert_eq!(ws_request(&two).await, None, "second, over i-2's socket");
+        assert_eq!(ws_request(&one).await, Some(429), "the third of the minute, on i-1");
+        assert_eq!(
+            admit(&two).await.err().map(|r| r.status()),
+            Some(429),
+            "and over HTTP on i-2"
+        );
     }
 
     #[tokio::test]
