@@ -75,6 +75,11 @@ impl RedisServer {
         self.port
     }
 
+    /// The server's process id while it runs (for CPU accounting in measurements).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the child process is running.
     pub fn is_running(&self) -> bool {
         self.child.is_some()
