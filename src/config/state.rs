@@ -17,6 +17,8 @@ pub struct RawState {
     pub key_prefix: Option<String>,
     pub instance: Option<String>,
     pub op_timeout_ms: Option<u64>,
+    pub lease_ttl_ms: Option<u64>,
+    pub hint_poll_ms: Option<u64>,
 }
 
 /// `[state]`: the shared-state backend.
@@ -34,7 +36,15 @@ pub struct StateConfig {
     /// Each Redis operation's budget; past it the operation counts as failed and the caller
     /// uses local state.
     pub op_timeout: Duration,
+    /// How long a concurrent-stream lease lives unless renewed (every third of it): what an
+    /// instance that dies leaves behind expires after this.
+    pub lease_ttl: Duration,
+    /// How often health hints from other instances are read (at most `MAX_HINT_POLL`).
+    pub hint_poll: Duration,
 }
+
+/// The slowest hint polling allowed: a peer's breaker must be seen within a second.
+pub const MAX_HINT_POLL: Duration = Duration::from_millis(1000);
 
 impl Default for StateConfig {
     fn default() -> Self {
@@ -44,6 +54,8 @@ impl Default for StateConfig {
             key_prefix: "tailcut".into(),
             instance: None,
             op_timeout: Duration::from_millis(250),
+            lease_ttl: Duration::from_millis(15_000),
+            hint_poll: Duration::from_millis(200),
         }
     }
 }
@@ -99,6 +111,23 @@ impl Validator {
                 state.op_timeout = Duration::from_millis(ms);
             }
         }
+        if let Some(ms) = raw.lease_ttl_ms {
+            if ms < 1000 {
+                self.problem(
+                    "state.lease_ttl_ms",
+                    "must be at least 1000 (leases are renewed every third of it)",
+                );
+            } else {
+                state.lease_ttl = Duration::from_millis(ms);
+            }
+        }
+        if let Some(ms) = raw.hint_poll_ms {
+            if ms == 0 || Duration::from_millis(ms) > MAX_HINT_POLL {
+                self.problem("state.hint_poll_ms", "must be between 1 and 1000");
+            } else {
+                state.hint_poll = Duration::from_millis(ms);
+            }
+        }
         state.redis_url = raw.redis_url;
         state.redis_url_env = raw.redis_url_env;
         state.instance = raw.instance;
@@ -124,10 +153,12 @@ mod tests {
     fn state_is_local_by_default_and_checked_when_given() {
         let config = crate::config::load_str(crate::config::DEFAULT_TOML).expect("the default");
         assert!(!config.state.is_shared());
-        let bad = "extends = \"default\"\n[state]\nredis_url = \"http://x\"\nop_timeout_ms = 0\n";
+        let bad = "extends = \"default\"\n[state]\nredis_url = \"http://x\"\nop_timeout_ms = 0\nlease_ttl_ms = 10\nhint_poll_ms = 5000\n";
         let err = crate::config::load_str(bad).expect_err("bad url and zero timeout");
         let text = err.to_string();
         assert!(text.contains("state.redis_url"), "{text}");
         assert!(text.contains("state.op_timeout_ms"), "{text}");
+        assert!(text.contains("state.lease_ttl_ms"), "{text}");
+        assert!(text.contains("state.hint_poll_ms"), "{text}");
     }
 }

@@ -10,6 +10,12 @@
 //!   `/admin/routes` shows;
 //! - [`lease`]: session → route leases, written by the mux at commit, copied by the gateway
 //!   before planning.
+//!
+//! Peer hints (`shared::hints`): other instances' breaker openings and 429 cool-downs. A live
+//! hint makes the route's view cooling, so ranking puts it last (tried only when no other
+//! candidate serves) and the decision record shows it as `cooling` with `recovers_in_ms`; it
+//! never refuses an attempt ([`Health::acquire`] goes by this instance's own observations),
+//! never touches the breaker, and ends with its TTL.
 
 pub mod admission;
 pub mod breaker;
@@ -92,6 +98,8 @@ struct RouteState {
     /// User attempts' outcomes (probes are left out): the router's error rate.
     outcomes: RollingCounts<2>,
     cooling_until: Option<Instant>,
+    /// The latest live hint from another instance, advisory only.
+    peer: Option<(HintKind, Instant)>,
 }
 
 impl RouteState {
@@ -100,9 +108,54 @@ impl RouteState {
         self.cooling_until = Some(self.cooling_until.map_or(until, |u| u.max(until)));
     }
 
+    /// Until when the route's view is cooling: this instance's cool-down after a rate limit,
+    /// or a peer's live hint, whichever ends later (what ranking and `/admin/routes` read).
     fn cooling(&self, now: Instant) -> Option<Instant> {
+        let peer = self.peer.map(|(_, until)| until).filter(|u| *u > now);
+        match (self.local_cooling(now), peer) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// This instance's own cool-down after a rate limit: what refuses attempts.
+    fn local_cooling(&self, now: Instant) -> Option<Instant> {
         self.cooling_until.filter(|u| *u > now)
     }
+}
+
+/// What a health hint says about a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintKind {
+    /// Its breaker opened.
+    BreakerOpen,
+    /// It answered 429 (or ran out of quota) and is cooling.
+    Cooling,
+}
+
+impl HintKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HintKind::BreakerOpen => "breaker_open",
+            HintKind::Cooling => "cooling",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "breaker_open" => Some(HintKind::BreakerOpen),
+            "cooling" => Some(HintKind::Cooling),
+            _ => None,
+        }
+    }
+}
+
+/// A route this instance itself sees down right now: what it tells its peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outage {
+    pub route: String,
+    pub kind: HintKind,
+    pub until: Instant,
 }
 
 /// Why a route cannot take traffic right now.
@@ -162,6 +215,7 @@ impl Health {
                     }),
                     outcomes: RollingCounts::new(Duration::from_secs(10)),
                     cooling_until: None,
+                    peer: None,
                 }),
                 counters: RouteCounters::default(),
             })
@@ -212,7 +266,7 @@ impl Health {
     pub fn availability(&self, name: &str, now: Instant) -> Result<(), Unavailable> {
         let Some(r) = self.route(name) else { return Ok(()) };
         let s = r.state.lock();
-        if let Some(until) = s.cooling(now) {
+        if let Some(until) = s.local_cooling(now) {
             return Err(Unavailable::Cooling { until });
         }
         if !s.breaker.allows(now, self.user_probes()) {
@@ -228,7 +282,7 @@ impl Health {
         let idx = *self.index.get(name).ok_or(Unavailable::Saturated)?;
         let r = &self.routes[idx];
         let mut s = r.state.lock();
-        if let Some(until) = s.cooling(now) {
+        if let Some(until) = s.local_cooling(now) {
             return Err(Unavailable::Cooling { until });
         }
         if !s.admission.try_acquire(priority) {
@@ -250,7 +304,7 @@ impl Health {
         let idx = *self.index.get(name)?;
         let r = &self.routes[idx];
         let mut s = r.state.lock();
-        if s.cooling(now).is_some() || !s.admission.try_acquire(Priority::Interactive) {
+        if s.local_cooling(now).is_some() || !s.admission.try_acquire(Priority::Interactive) {
             return None;
         }
         let Some(ticket) = s.breaker.try_probe(now) else {
@@ -266,7 +320,7 @@ impl Health {
     pub fn probe_due(&self, name: &str, now: Instant) -> Option<Instant> {
         let s = self.route(name)?.state.lock();
         let due = s.breaker.probe_due(now)?;
-        Some(s.cooling(now).map_or(due, |c| c.max(due)))
+        Some(s.local_cooling(now).map_or(due, |c| c.max(due)))
     }
 
     /// The hedge delay for a primary on `name`: its live TTFT percentile clamped to
@@ -322,6 +376,47 @@ impl Health {
         }
     }
 
+    /// The routes this instance itself sees down at `now` (breaker open, or cooling after a
+    /// rate limit or quota failure), with when that ends. Peer hints are not included: an
+    /// instance only ever tells what it observed.
+    pub fn outages(&self, now: Instant) -> Vec<Outage> {
+        let mut out = Vec::new();
+        for r in &self.routes {
+            let s = r.state.lock();
+            if let BreakerState::Open { until } = s.breaker.state(now) {
+                out.push(Outage {
+                    route: r.name.clone(),
+                    kind: HintKind::BreakerOpen,
+                    until,
+                });
+            } else if let Some(until) = s.local_cooling(now) {
+                out.push(Outage {
+                    route: r.name.clone(),
+                    kind: HintKind::Cooling,
+                    until,
+                });
+            }
+        }
+        out
+    }
+
+    /// Takes a peer's hint that `name` is down until `until`: advisory (see the module doc).
+    /// A later hint replaces an earlier one. False for an unknown route.
+    pub fn peer_hint(&self, name: &str, kind: HintKind, until: Instant) -> bool {
+        match self.route(name) {
+            Some(r) => {
+                r.state.lock().peer = Some((kind, until));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The peer hint on `name` still live at `now`.
+    pub fn live_peer_hint(&self, name: &str, now: Instant) -> Option<(HintKind, Instant)> {
+        self.route(name)?.state.lock().peer.filter(|(_, until)| *until > now)
+    }
+
     /// Opens a route's breaker on purpose (drills).
     pub fn force_open(&self, name: &str, now: Instant) -> bool {
         match self.route(name) {
@@ -341,5 +436,42 @@ fn breaker_until(breaker: &Breaker, now: Instant) -> Instant {
     match breaker.state(now) {
         BreakerState::Open { until } => until,
         BreakerState::Closed | BreakerState::HalfOpen => now + breaker.config().cooldown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_hint_ranks_a_route_cooling_until_its_ttl_but_never_refuses_or_opens_it() {
+        let config = crate::config::load_str(
+            "[[routes]]\nname = \"eu-a\"\nprovider = \"simulated\"\n[[routes]]\nname = \"eu-b\"\nprovider = \"simulated\"\n[models.chat]\nroutes = [\"eu-a\", \"eu-b\"]\n",
+        )
+        .expect("test config");
+        let now = Instant::now();
+        let h = Arc::new(Health::new(&config, now));
+        assert!(h.peer_hint("eu-a", HintKind::BreakerOpen, now + Duration::from_secs(2)));
+        let view = h.view("eu-a", now);
+        assert!(
+            view.cooling && !view.breaker_open,
+            "cooling in the view, breaker closed"
+        );
+        assert_eq!(view.unavailable_for, Some(Duration::from_secs(2)), "for the hint's TTL");
+        assert!(h.availability("eu-a", now).is_ok(), "the route is not refused");
+        let permit = h.acquire("eu-a", now, Priority::Interactive);
+        assert!(permit.is_ok(), "an attempt may still run on it");
+        drop(permit);
+        assert!(h.outages(now).is_empty(), "a peer's hint is never passed on as our own");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let later = Instant::now();
+        assert!(!h.view("eu-a", later).cooling, "the hint ends with its TTL");
+        assert!(h.live_peer_hint("eu-a", later).is_none());
+        h.force_open("eu-a", later);
+        assert_eq!(
+            h.outages(later).first().map(|o| o.kind),
+            Some(HintKind::BreakerOpen),
+            "our own opening is an outage to tell"
+        );
     }
 }

@@ -7,7 +7,13 @@
 //! down. The next successful operation marks it up again; the connection manager reconnects
 //! on its own, with backoff.
 
+pub mod gcra;
+pub mod hints;
+pub mod leases;
 pub mod replay;
+#[cfg(test)]
+pub(crate) mod testkit;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -11,6 +11,7 @@ const PROBES_TOTAL: &str = "tailcut_breaker_probes_total";
 const AUTH_REFUSALS_TOTAL: &str = "tailcut_auth_refusals_total";
 const REDIS_UP: &str = "tailcut_redis_up";
 const REDIS_ERRORS_TOTAL: &str = "tailcut_redis_errors_total";
+const HEALTH_HINTS_TOTAL: &str = "tailcut_health_hints_total";
 
 /// Every metric tailcut records, with its description. A new metric is described here too.
 pub(super) fn describe_all() {
@@ -22,6 +23,10 @@ pub(super) fn describe_all() {
     describe_counter!(
         REDIS_ERRORS_TOTAL,
         "Shared-state Redis operations that failed or timed out, by operation."
+    );
+    describe_counter!(
+        HEALTH_HINTS_TOTAL,
+        "Health hints shared through Redis, by direction (sent: a breaker opened or a 429 cool-down began here; received: a peer's, taken as advisory) and kind."
     );
     describe_gauge!(ACTIVE_STREAMS, "Client answer streams open right now.");
     describe_histogram!(

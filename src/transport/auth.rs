@@ -17,7 +17,9 @@
 //!    the answer is dropped (finished, failed or disconnected).
 //!
 //! Limits (`limits`): rpm and tpm are GCRA limiters over `tokio::time::Instant` bursting to a
-//! minute's worth. tpm counts, before the request runs, its estimated input tokens plus its
+//! minute's worth. With `[state] redis_url` they hold across instances (`across`): the same
+//! GCRA runs in Redis, stream slots are leased there, and while Redis does not answer each
+//! instance goes by its local limiter and semaphore alone. tpm counts, before the request runs, its estimated input tokens plus its
 //! `max_tokens` (or the router's default output reserve); actual usage is not settled
 //! afterwards. A request that alone exceeds the tpm can never pass: a 400, not a 429. A
 //! full `max_streams` is a 429 with `Retry-After: 1`, not a 503: the key is at its limit, not
@@ -27,6 +29,7 @@
 //! tokens are HMAC-SHA256 (`token`, checked by `hmac`'s constant-time verify). Neither is
 //! ever put in a response, a log line or a metric: logs name the key (`name`).
 
+mod across;
 mod credential;
 pub mod keygen;
 mod limits;
@@ -51,6 +54,8 @@ pub use refusal::Refusal;
 
 use crate::config::{Config, KeyConfig};
 use crate::gateway::GatewayError;
+use crate::shared::leases::{Lease, StreamLeases};
+use crate::shared::Shared;
 use crate::types::{ChatRequest, EventStream, RequestCtx};
 use credential::Presented;
 use limits::KeyLimits;
@@ -68,6 +73,15 @@ pub struct Access {
     tokens_off: &'static str,
     clock: Clock,
     models: BTreeSet<String>,
+    /// Limits shared with other instances, with `[state] redis_url`.
+    across: Option<Arc<Across>>,
+    lease_ttl: std::time::Duration,
+}
+
+/// The shared-state handle and this instance's stream leases on it.
+struct Across {
+    shared: Arc<Shared>,
+    leases: Arc<StreamLeases>,
 }
 
 /// One `[[auth.keys]]` entry and its state.
@@ -88,6 +102,7 @@ pub enum Via {
 #[derive(Clone)]
 pub struct Caller {
     authed: Option<Authed>,
+    across: Option<Arc<Across>>,
 }
 
 #[derive(Clone)]
@@ -102,6 +117,8 @@ struct Authed {
 #[must_use = "guard the answer's stream with it"]
 pub struct Admission {
     slot: Option<OwnedSemaphorePermit>,
+    /// The key's lease of a stream across instances, when Redis granted one.
+    lease: Option<Lease>,
 }
 
 impl Access {
@@ -119,6 +136,8 @@ impl Access {
                 tokens_off: "no [auth] is configured, so no key or token is needed",
                 clock: Clock::new(),
                 models,
+                across: None,
+                lease_ttl: config.state.lease_ttl,
             };
         };
         let keys = auth
@@ -159,7 +178,21 @@ impl Access {
             tokens_off,
             clock: Clock::new(),
             models,
+            across: None,
+            lease_ttl: config.state.lease_ttl,
         }
+    }
+
+    /// Shares the keys' limits with other instances through `shared` (and starts renewing
+    /// this instance's stream leases). Without `[auth]` there is nothing to share.
+    pub fn with_shared(mut self, shared: Option<&Arc<Shared>>) -> Self {
+        if let (Some(shared), true) = (shared, self.is_on()) {
+            self.across = Some(Arc::new(Across {
+                leases: StreamLeases::start(Arc::clone(shared), self.lease_ttl),
+                shared: Arc::clone(shared),
+            }));
+        }
+        self
     }
 
     /// Is `[auth]` on?
@@ -185,7 +218,10 @@ impl Access {
     /// Who is calling, by the credential the request presents.
     pub fn caller(&self, headers: &HeaderMap, query_token: Option<&str>) -> Result<Caller, Refusal> {
         let Some(keys) = &self.keys else {
-            return Ok(Caller { authed: None });
+            return Ok(Caller {
+                authed: None,
+                across: None,
+            });
         };
         let authed = match credential::presented(headers, query_token) {
             Presented::Nothing => return Err(Refusal::MissingKey),
@@ -198,7 +234,10 @@ impl Access {
             },
             Presented::Token(token) => self.token_caller(keys, token)?,
         };
-        Ok(Caller { authed: Some(authed) })
+        Ok(Caller {
+            authed: Some(authed),
+            across: self.across.clone(),
+        })
     }
 
     fn token_caller(&self, keys: &[Arc<KeyEntry>], token: &str) -> Result<Authed, Refusal> {
@@ -284,8 +323,21 @@ impl Caller {
         Ok(())
     }
 
-    /// Step 2: the decoded request against the key's models, streams and rates, at `now`.
-    pub fn admit(&self, req: &ChatRequest, ctx: &mut RequestCtx) -> Result<Admission, Refusal> {
+    /// Step 2: the decoded request against the key's models, streams and rates: across
+    /// instances while Redis answers (`across`), else this instance's own.
+    pub async fn admit(&self, req: &ChatRequest, ctx: &mut RequestCtx) -> Result<Admission, Refusal> {
+        let admitted = match &self.across {
+            Some(across) if across.shared.is_up() => self.admit_across(across, req, ctx, Instant::now()).await,
+            _ => self.admit_at(req, ctx, Instant::now()),
+        };
+        if let Err(refusal) = &admitted {
+            refused(refusal, self.key_name());
+        }
+        admitted
+    }
+
+    /// Step 2 against this instance's limits only (WebSocket requests while Redis is down).
+    pub fn admit_local(&self, req: &ChatRequest, ctx: &mut RequestCtx) -> Result<Admission, Refusal> {
         let admitted = self.admit_at(req, ctx, Instant::now());
         if let Err(refusal) = &admitted {
             refused(refusal, self.key_name());
@@ -296,8 +348,18 @@ impl Caller {
     fn admit_at(&self, req: &ChatRequest, ctx: &mut RequestCtx, now: Instant) -> Result<Admission, Refusal> {
         self.bind(ctx)?;
         let Some(a) = &self.authed else {
-            return Ok(Admission { slot: None });
+            return Ok(Admission {
+                slot: None,
+                lease: None,
+            });
         };
+        let slot = self.local_slot(a, req)?;
+        a.key.limits.lock().take(now, token_cost(req))?;
+        Ok(Admission { slot, lease: None })
+    }
+
+    /// The model check and a slot of the key's local `max_streams`.
+    fn local_slot(&self, a: &Authed, req: &ChatRequest) -> Result<Option<OwnedSemaphorePermit>, Refusal> {
         if !self.may_use(&req.model) {
             return Err(Refusal::Model(req.model.clone()));
         }
@@ -309,8 +371,7 @@ impl Caller {
             ),
             _ => None,
         };
-        a.key.limits.lock().take(now, token_cost(req))?;
-        Ok(Admission { slot })
+        Ok(slot)
     }
 }
 
@@ -318,6 +379,8 @@ impl Caller {
     /// Wraps `chat` so each request it is given is admitted first (step 2 and 3 for a
     /// WebSocket); a refused request becomes an answer stream that ends at once with its
     /// error, which the session renders for that request's id like any other outcome.
+    /// With Redis, the shared lease and rates are taken when the answer stream is first
+    /// polled, before anything runs (`across`).
     pub fn gated<F>(
         self,
         mut chat: F,
@@ -325,9 +388,12 @@ impl Caller {
     where
         F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
     {
-        move |req, mut ctx| match self.admit(&req, &mut ctx) {
-            Ok(admission) => chat(req, ctx).map(|events| admission.guard(events)),
-            Err(refusal) => Ok(refusal.into_events(ctx.request_id)),
+        move |req, mut ctx| match self.across.clone().filter(|a| a.shared.is_up()) {
+            Some(across) => self.admit_deferred(across, req, ctx, &mut chat),
+            None => match self.admit_local(&req, &mut ctx) {
+                Ok(admission) => chat(req, ctx).map(|events| admission.guard(events)),
+                Err(refusal) => Ok(refusal.into_events(ctx.request_id)),
+            },
         }
     }
 }
@@ -335,10 +401,10 @@ impl Caller {
 impl Admission {
     /// Step 3: the answer's events, holding the stream slot until they are dropped.
     pub fn guard(self, events: EventStream) -> EventStream {
-        match self.slot {
-            None => events,
-            Some(slot) => Box::pin(events.map(move |event| {
-                let _held = &slot;
+        match (self.slot, self.lease) {
+            (None, None) => events,
+            (slot, lease) => Box::pin(events.map(move |event| {
+                let _held = (&slot, &lease);
                 event
             })),
         }
@@ -434,7 +500,7 @@ mod tests {
         ctx.tenant = Some("whoever".into());
         let caller = access.authorize(&HeaderMap::new(), None, &mut ctx).expect("open");
         assert_eq!(ctx.tenant.as_deref(), Some("whoever"), "the gateway judges the tenant");
-        assert!(caller.admit(&chat("anything"), &mut ctx).is_ok(), "no limits");
+        assert!(caller.admit_local(&chat("anything"), &mut ctx).is_ok(), "no limits");
         assert!(!access.is_on(), "off");
     }
 

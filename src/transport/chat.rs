@@ -71,7 +71,7 @@ where
     let Some(slot) = state.gate.try_enter(gate_priority(state, &ctx)) else {
         return error_response(&ErrorReply::busy(), &ctx.request_id);
     };
-    let admission = match caller.admit(&req, &mut ctx) {
+    let admission = match caller.admit(&req, &mut ctx).await {
         Ok(admission) => admission,
         Err(refusal) => return error_response(&refusal.reply(), &ctx.request_id),
     };

@@ -49,14 +49,17 @@ impl AppState {
             tracing::error!(error = %e, "shared state is off: serving with local state");
             None
         });
+        // Per-key limits and health hints shared with other instances (`shared::hints`).
+        let access = Arc::new(Access::new(&config).with_shared(shared.as_ref()));
         if let Some(shared) = &shared {
             resumable.share(Arc::clone(shared), &config.state);
+            crate::shared::hints::spawn(shared, gateway.health(), config.state.hint_poll);
         }
         AppState {
             shared,
             streams: Arc::clone(gate.all()),
             gate,
-            access: Arc::new(Access::new(&config)),
+            access,
             gateway,
             config,
             metrics: crate::telemetry::install(),

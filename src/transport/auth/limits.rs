@@ -97,16 +97,30 @@ impl KeyLimits {
         }
     }
 
+    /// The key's rpm, if it has one.
+    pub fn rpm(&self) -> Option<u32> {
+        self.rpm.as_ref().map(Rate::limit)
+    }
+
+    /// The key's tpm, if it has one.
+    pub fn tpm(&self) -> Option<u32> {
+        self.tpm.as_ref().map(Rate::limit)
+    }
+
+    /// Refuses a request that alone costs more than the whole tpm: no wait would let it pass.
+    pub fn check_size(&self, tokens: u64) -> Result<(), Exceeded> {
+        match &self.tpm {
+            Some(tpm) if tokens > u64::from(tpm.limit()) => Err(Exceeded::TooLarge {
+                cost: tokens,
+                tpm: tpm.limit(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Takes one request costing `tokens` at `now`, from both limits or from neither.
     pub fn take(&mut self, now: Instant, tokens: u64) -> Result<(), Exceeded> {
-        if let Some(tpm) = &self.tpm {
-            if tokens > u64::from(tpm.limit()) {
-                return Err(Exceeded::TooLarge {
-                    cost: tokens,
-                    tpm: tpm.limit(),
-                });
-            }
-        }
+        self.check_size(tokens)?;
         let checked = |rate: &Option<Rate>, limit: Limit, cost: u64| match rate {
             None => Ok(None),
             Some(r) => r.check(now, cost).map(Some).map_err(|wait| Exceeded::Wait {
