@@ -2,11 +2,13 @@
 //! upgrades with bounded frame and buffer sizes, and runs one session per socket (protocol in
 //! docs/ws-protocol.md).
 
+mod history;
 mod protocol;
 mod render;
 mod session;
 mod streams;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,7 +97,7 @@ async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: sup
     let gateway = state.gateway.clone();
     let slots = slots(&state, caller.clone());
     let chat = caller.gated(move |req, ctx| gateway.chat(req, ctx));
-    let session = Session::new(chat, base, slots, state.resumable.clone(), out);
+    let session = Session::new(chat, base, slots, state.resumable.clone(), out).with_windows(windows(&state));
     let close = {
         let writer = write_queued(&mut sink, queued);
         tokio::pin!(writer);
@@ -113,6 +115,28 @@ async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: sup
         }
     };
     let _ = tokio::time::timeout(CLOSE_GRACE, goodbye).await;
+}
+
+/// Per client-facing model, the largest context window of its routes: a session's history
+/// is projected to fit the route most able to take it.
+fn windows(state: &AppState) -> Arc<HashMap<String, u64>> {
+    let config = &state.config;
+    let windows = config
+        .models
+        .iter()
+        .map(|(name, model)| {
+            let largest = config
+                .routes
+                .iter()
+                .filter(|r| model.routes.contains(&r.name))
+                .map(|r| u64::from(r.context_window))
+                .max()
+                .unwrap_or(0);
+            (name.clone(), largest)
+        })
+        .filter(|(_, w)| *w > 0)
+        .collect();
+    Arc::new(windows)
 }
 
 /// A request's place at the stream gate, as the HTTP endpoints take it: refused while
