@@ -117,24 +117,31 @@ async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: sup
     let _ = tokio::time::timeout(CLOSE_GRACE, goodbye).await;
 }
 
-/// Per client-facing model, the largest context window of its routes: a session's history
-/// is projected to fit the route most able to take it.
-fn windows(state: &AppState) -> Arc<HashMap<String, u64>> {
+/// Per client-facing model, each route's context window and output reserve: a session's
+/// history is projected to fit the route most able to take it.
+fn windows(state: &AppState) -> Arc<HashMap<String, Vec<session::RouteWindow>>> {
+    use crate::config::Wire;
     let config = &state.config;
     let windows = config
         .models
         .iter()
         .map(|(name, model)| {
-            let largest = config
+            let routes = config
                 .routes
                 .iter()
                 .filter(|r| model.routes.contains(&r.name))
-                .map(|r| u64::from(r.context_window))
-                .max()
-                .unwrap_or(0);
-            (name.clone(), largest)
+                .map(|r| session::RouteWindow {
+                    window: u64::from(r.context_window),
+                    max_output: r.max_output,
+                    // What the router reserves for the answer when the request sets no max_tokens.
+                    default_reserve: match r.wire {
+                        Wire::Anthropic => crate::provider::anthropic::DEFAULT_MAX_TOKENS,
+                        Wire::OpenAi => crate::router::DEFAULT_OUTPUT_RESERVE,
+                    },
+                })
+                .collect();
+            (name.clone(), routes)
         })
-        .filter(|(_, w)| *w > 0)
         .collect();
     Arc::new(windows)
 }

@@ -30,6 +30,8 @@ pub const MAX_SESSIONS: usize = 16;
 pub const MAX_TURNS: usize = 64;
 /// Bytes of text, image URLs and tool calls one session keeps.
 pub const MAX_BYTES: usize = 256 * 1024;
+/// Tokens the router adds once a request (priming of the reply).
+const PER_REQUEST_TOKENS: u64 = 3;
 /// Tokens one image counts for (the router's figure).
 const IMAGE_TOKENS: u64 = 1_000;
 /// Longest session id accepted.
@@ -43,7 +45,8 @@ pub struct Histories {
 
 impl Histories {
     /// Projects `session`'s history into `req` (whose messages are the new turn) for a
-    /// prompt of at most `window` tokens (`None`: no limit known). Returns what went in, and
+    /// prompt of at most `window` tokens (`None`: no limit known; the answer's reserve is
+    /// already taken off). Returns what went in, and
     /// the wrapper that keeps the turn once its answer finishes.
     pub fn project(
         &mut self,
@@ -117,8 +120,7 @@ impl History {
         if !system.is_empty() {
             self.system = system;
         }
-        let reserved = u64::from(req.max_tokens.unwrap_or(0));
-        let fixed = estimate(&self.system) + estimate(&new) + reserved;
+        let fixed = estimate(&self.system) + estimate(&new) + PER_REQUEST_TOKENS;
         // The newest turns that fit, counted back from the newest.
         let mut included = 0;
         let mut used = fixed;

@@ -51,6 +51,24 @@ enum Step {
     End(Option<CloseFrame>),
 }
 
+/// A route's context window, for projecting a session's history (tokens).
+#[derive(Debug, Clone, Copy)]
+pub struct RouteWindow {
+    pub window: u64,
+    pub max_output: u32,
+    /// The answer's reserve when the request sets no `max_tokens`.
+    pub default_reserve: u32,
+}
+
+impl RouteWindow {
+    /// Prompt tokens the route takes for a request asking for `max_tokens`, as the router
+    /// reserves the answer's room.
+    fn prompt_budget(&self, max_tokens: Option<u32>) -> u64 {
+        let reserve = max_tokens.unwrap_or(self.default_reserve).min(self.max_output);
+        self.window.saturating_sub(u64::from(reserve))
+    }
+}
+
 /// One slot in the outgoing queue, taken before a step.
 type Slot = OwnedPermit<Message>;
 
@@ -81,8 +99,8 @@ pub struct Session<F> {
     max_requests: usize,
     missed_pongs: u32,
     histories: Histories,
-    /// Per client-facing model, the largest context window of its routes (tokens).
-    windows: Arc<HashMap<String, u64>>,
+    /// Per client-facing model, its routes' context windows.
+    windows: Arc<HashMap<String, Vec<RouteWindow>>>,
 }
 
 impl<F> Session<F>
@@ -105,7 +123,7 @@ where
     }
 
     /// The context windows a session's history is projected for, per client-facing model.
-    pub fn with_windows(mut self, windows: Arc<HashMap<String, u64>>) -> Self {
+    pub fn with_windows(mut self, windows: Arc<HashMap<String, Vec<RouteWindow>>>) -> Self {
         self.windows = windows;
         self
     }
@@ -239,7 +257,10 @@ where
         };
         let keeper = match &session {
             Some(session) => {
-                let window = self.windows.get(&req.model).copied();
+                let window = self
+                    .windows
+                    .get(&req.model)
+                    .and_then(|routes| routes.iter().map(|r| r.prompt_budget(req.max_tokens)).max());
                 match self.histories.project(session, &mut req, window) {
                     Ok((_, keeper)) => Some(keeper),
                     Err(refused) => return send_error(slot, Some(id), refused),
