@@ -225,3 +225,41 @@ async fn admin_rotation_counts_requests_and_failovers_per_model_and_route() {
     assert!(after["sample_every_s"].as_u64().is_some());
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_dashboard_reads_every_rotation_figure_the_view_carries() {
+    let server = start(&config_toml(&[("a", "openai", "quick")], QUICK)).await;
+    let html = client()
+        .get(server.url("/dashboard"))
+        .send()
+        .await
+        .expect("request sent")
+        .text()
+        .await
+        .expect("the page");
+    assert!(
+        html.contains("/admin/rotation"),
+        "the dashboard polls the rotation view"
+    );
+    let view: Value = client()
+        .get(server.url("/admin/rotation"))
+        .send()
+        .await
+        .expect("request sent")
+        .json()
+        .await
+        .expect("JSON");
+    let fields = |v: &Value| -> Vec<String> { v.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default() };
+    for field in fields(&view)
+        .iter()
+        .chain(fields(&view["models"][0]).iter())
+        .chain(fields(&view["routes"][0]).iter())
+        .chain(fields(&view["history"][0]).iter())
+    {
+        if field == "samples_kept" {
+            continue;
+        }
+        assert!(html.contains(field.as_str()), "the dashboard shows {field}");
+    }
+    server.shutdown().await;
+}
