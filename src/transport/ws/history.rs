@@ -276,6 +276,9 @@ impl Keeper {
                     envelope.history = Some(Box::new(self.info.clone()));
                     self.keep();
                 }
+                // Released before the client reads the error, so it may send the turn again
+                // at once.
+                StreamEvent::Error(_) => self.release(),
                 _ => {}
             }
             event
@@ -301,11 +304,19 @@ impl Keeper {
     }
 }
 
-impl Drop for Keeper {
-    fn drop(&mut self) {
+impl Keeper {
+    /// The answer ended without a turn to keep: the session takes its next turn.
+    fn release(&mut self) {
         if !self.kept {
+            self.kept = true;
             self.history.lock().in_flight = false;
         }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -394,6 +405,25 @@ mod tests {
         let (info, r2) = turn(&mut h, "retry", "ok", None).await;
         assert_eq!(texts(&r2), ["retry"], "the cut turn was not kept");
         assert_eq!(info.turns_included, None);
+    }
+
+    #[tokio::test]
+    async fn an_error_frees_the_session_before_the_stream_is_dropped() {
+        let mut h = Histories::default();
+        let mut r = req(vec![user("q")]);
+        let (_, keeper) = h.project("s", &mut r, None).expect("projected");
+        let failed: EventStream = Box::pin(stream::iter(vec![StreamEvent::Error(crate::types::ErrorEvent {
+            class: crate::types::ErrorClass::Unavailable,
+            status: 503,
+            message: "down".into(),
+            retry_after: None,
+            envelope: Envelope::default(),
+        })]));
+        let mut events = keeper.watch(failed);
+        let _ = events.next().await;
+        let (info, _) = turn(&mut h, "again", "ok", None).await;
+        assert_eq!(info.turns_included, None, "the failed turn was not kept");
+        drop(events);
     }
 
     #[tokio::test]
