@@ -33,9 +33,10 @@ use tokio::time::Instant;
 use crate::health::{Health, RouteSnapshot, Unavailable};
 use crate::transport::{auth, AppState};
 
+mod exposition;
 mod rotation;
 
-use rotation::RotationHistory;
+use rotation::{admin_rotation, sample_rotation, RotationHistory};
 
 pub fn routes() -> Router<AppState> {
     let history = Arc::new(RotationHistory::default());
@@ -49,48 +50,6 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/rotation", get(admin_rotation))
         .layer(Extension(Arc::new(OpsMemory::default())))
         .layer(Extension(history))
-}
-
-/// Samples the rotation totals every `SAMPLE_EVERY` into `history`, while the router that
-/// holds it lives (the task holds it weakly and ends with the server). Outside a runtime
-/// the ring fills from reads only.
-fn sample_rotation(history: &Arc<RotationHistory>) {
-    let (Ok(runtime), Some(handle)) = (tokio::runtime::Handle::try_current(), crate::telemetry::install()) else {
-        return;
-    };
-    let weak = Arc::downgrade(history);
-    runtime.spawn(async move {
-        let mut tick = tokio::time::interval(rotation::SAMPLE_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(history) = weak.upgrade() else { return };
-            let totals = rotation::Totals::of(&rotation::parse(&handle.render()));
-            history.record(totals, Instant::now());
-        }
-    });
-}
-
-/// `GET /admin/rotation`: the rotation metrics per model and per route, and the last hour
-/// of failover rate and outages (see [`rotation`]). Gated like `/admin/routes`.
-async fn admin_rotation(
-    State(state): State<AppState>,
-    Extension(history): Extension<Arc<RotationHistory>>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(refused) = admin_gate(&state, &headers, state.access.is_on(), "admin reads") {
-        return refused;
-    }
-    let Some(handle) = &state.metrics else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "metrics recorder not installed").into_response();
-    };
-    let series = rotation::parse(&handle.render());
-    let now = Instant::now();
-    let totals = rotation::Totals::of(&series);
-    history.record(totals, now);
-    let models: Vec<String> = state.config.models.keys().cloned().collect();
-    let routes: Vec<String> = state.config.routes.iter().map(|r| r.name.clone()).collect();
-    Json(rotation::view(&series, &models, &routes, history.points(totals, now))).into_response()
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

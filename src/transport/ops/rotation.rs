@@ -3,111 +3,69 @@
 //! and result, attempts per request, route changes, policy rejections, repairs, cost, recovery
 //! time, the honest outage count), and a bounded ring of samples taken every
 //! [`SAMPLE_EVERY`] so a freshly opened dashboard plots the last hour of failover rate and
-//! outages.
-//!
-//! The recorder is the one store of these values and the exporter offers no structured read
-//! (its protobuf output needs a protobuf toolchain at build time), so the exposition text it
-//! renders is read back here: one `name{labels} value` per line, label values escaped as the
-//! exposition format says. Only the `tailcut_` series named below are kept.
+//! outages. The figures come from the recorder's exposition text ([`super::exposition`]).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
+use super::exposition::{parse, Series};
 use crate::telemetry::rotation as rt;
+use crate::transport::AppState;
 
 /// How often the ring takes a sample.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 /// Samples kept: one hour at one per [`SAMPLE_EVERY`].
 pub const SAMPLES_KEPT: usize = 360;
 
-/// One series of the exposition: its name, labels and value.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Series {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub value: f64,
-}
-
-impl Series {
-    fn label(&self, key: &str) -> &str {
-        self.labels.get(key).map_or("", String::as_str)
-    }
-}
-
-/// The rotation series of an exposition text (other metrics, comments and lines that do not
-/// parse are skipped).
-pub fn parse(text: &str) -> Vec<Series> {
-    text.lines()
-        .filter(|line| line.starts_with("tailcut_") && is_rotation(line))
-        .filter_map(parse_line)
-        .collect()
-}
-
-const ROTATION: [&str; 9] = [
-    rt::LOGICAL_REQUESTS_TOTAL,
-    rt::FAILOVERS_TOTAL,
-    rt::ATTEMPTS_PER_REQUEST,
-    rt::ROUTE_CHANGES_TOTAL,
-    rt::UNROUTABLE_TOTAL,
-    rt::RECOVERY_SECONDS,
-    rt::ANSWER_COST_TOTAL,
-    rt::POLICY_REJECTIONS_TOTAL,
-    rt::REPAIRS_TOTAL,
-];
-
-fn is_rotation(line: &str) -> bool {
-    ROTATION.iter().any(|name| line.starts_with(name))
-}
-
-/// `name{k="v",...} value` or `name value`.
-fn parse_line(line: &str) -> Option<Series> {
-    let name_end = line.find(['{', ' '])?;
-    let name = line[..name_end].to_string();
-    let mut rest = &line[name_end..];
-    let mut labels = BTreeMap::new();
-    if let Some(inner) = rest.strip_prefix('{') {
-        let (parsed, after) = parse_labels(inner)?;
-        labels = parsed;
-        rest = after;
-    }
-    let value = rest.split_whitespace().next()?;
-    let value = match value {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v.parse().ok()?,
+/// Samples the rotation totals every `SAMPLE_EVERY` into `history`, while the router that
+/// holds it lives (the task holds it weakly and ends with the server). Outside a runtime
+/// the ring fills from reads only.
+pub(super) fn sample_rotation(history: &Arc<RotationHistory>) {
+    let (Ok(runtime), Some(handle)) = (tokio::runtime::Handle::try_current(), crate::telemetry::install()) else {
+        return;
     };
-    Some(Series { name, labels, value })
+    let weak = Arc::downgrade(history);
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(SAMPLE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(history) = weak.upgrade() else { return };
+            let totals = Totals::of(&parse(&handle.render()));
+            history.record(totals, Instant::now());
+        }
+    });
 }
 
-/// The labels after `{`, up to and past the closing `}`.
-fn parse_labels(mut s: &str) -> Option<(BTreeMap<String, String>, &str)> {
-    let mut labels = BTreeMap::new();
-    loop {
-        s = s.trim_start_matches(',');
-        if let Some(after) = s.strip_prefix('}') {
-            return Some((labels, after));
-        }
-        let eq = s.find('=')?;
-        let key = s[..eq].to_string();
-        let mut chars = s[eq + 1..].strip_prefix('"')?.char_indices();
-        let mut value = String::new();
-        let end = loop {
-            match chars.next()? {
-                (i, '"') => break i,
-                (_, '\\') => match chars.next()?.1 {
-                    'n' => value.push('\n'),
-                    other => value.push(other),
-                },
-                (_, c) => value.push(c),
-            }
-        };
-        labels.insert(key, value);
-        s = &s[eq + 2 + end + 1..];
+/// `GET /admin/rotation`: the rotation metrics per model and per route, and the last hour
+/// of failover rate and outages (see the module doc). Gated like `/admin/routes`.
+pub(super) async fn admin_rotation(
+    State(state): State<AppState>,
+    Extension(history): Extension<Arc<RotationHistory>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = super::admin_gate(&state, &headers, state.access.is_on(), "admin reads") {
+        return refused;
     }
+    let Some(handle) = &state.metrics else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "metrics recorder not installed").into_response();
+    };
+    let series = parse(&handle.render());
+    let now = Instant::now();
+    let totals = Totals::of(&series);
+    history.record(totals, now);
+    let models: Vec<String> = state.config.models.keys().cloned().collect();
+    let routes: Vec<String> = state.config.routes.iter().map(|r| r.name.clone()).collect();
+    Json(view(&series, &models, &routes, history.points(totals, now))).into_response()
 }
 
 /// The cumulative totals one sample keeps.
@@ -397,23 +355,6 @@ tailcut_policy_rejections_total{reason="quality_floor"} 5
 tailcut_requests_total{model="chat"} 10
 tailcut_route_changes_total{model="odd \"quoted\\ name"} 1
 "#;
-
-    #[test]
-    fn exposition_lines_parse_with_escaped_labels() {
-        let series = parse(TEXT);
-        assert!(
-            series.iter().all(|s| s.name != "tailcut_requests_total"),
-            "only the rotation series are kept"
-        );
-        let odd = series
-            .iter()
-            .find(|s| s.name == rt::ROUTE_CHANGES_TOTAL)
-            .expect("the escaped line parses");
-        assert_eq!(odd.label("model"), "odd \"quoted\\ name");
-        assert_eq!(odd.value, 1.0);
-        assert_eq!(parse_line("tailcut_x{a=\"1\"} nope"), None, "a bad value is skipped");
-        assert_eq!(parse_line("tailcut_x{a=\"1} 3"), None, "an unclosed label is skipped");
-    }
 
     #[test]
     fn the_view_counts_per_model_and_per_route() {
