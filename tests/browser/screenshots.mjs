@@ -74,7 +74,7 @@ try {
   await page.waitForSelector("#ccdfLegend span");
   await page.waitForTimeout(1500);
   await page.screenshot({ path: join(out, "dashboard.png") });
-  await page.waitForSelector("#routeRows tr[data-route]");
+  await page.waitForSelector("#routeRows tr[data-rot-route]");
   await page.locator("h2.section").scrollIntoViewIfNeeded();
   await page.evaluate(() => document.querySelector("h2.section").scrollIntoView({ block: "start" }));
   await page.screenshot({ path: join(out, "dashboard-rotation.png") });
