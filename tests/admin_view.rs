@@ -1,5 +1,6 @@
 //! What the dashboard reads from `/admin/routes` beyond the health snapshot (admission as
-//! integer slots, the TTFT CCDF, stale markers) and the drill's duration (`?ms=`, strict).
+//! integer slots, the TTFT CCDF, stale markers), the drill's duration (`?ms=`, strict), and
+//! `/admin/rotation`: the rotation metrics per model and per route, with their history.
 
 mod support;
 
@@ -112,5 +113,153 @@ async fn a_drill_takes_a_duration_and_says_how_long_it_lasts() {
         (1..=1000).contains(&one),
         "without ms a drill lasts one cool-down (1 s by default): {body}"
     );
+    server.shutdown().await;
+}
+
+/// Two routes of one upstream model (so a move between them is a `provider_switch`), the
+/// first down, under a model no other test of this binary uses (the recorder is global).
+const ROTATION_FLEET: &str = r#"[server]
+listen = "127.0.0.1:0"
+sse_keepalive_ms = 600000
+[sim]
+listen = "127.0.0.1:0"
+[sim.scenarios.quick]
+text = "Hello."
+ttft = { median_ms = 5.0, sigma = 0.5 }
+inter_token_ms = 1.0
+[sim.scenarios.down]
+failure = { status = 503 }
+[[routes]]
+name = "rv-down"
+provider = "simulated"
+wire = "openai"
+scenario = "down"
+model = "shared-model"
+region = "eu"
+cost_per_1k = 1.0
+[[routes]]
+name = "rv-up"
+provider = "simulated"
+wire = "openai"
+scenario = "quick"
+model = "shared-model"
+region = "eu"
+cost_per_1k = 2.0
+[models.rotview]
+routes = ["rv-down", "rv-up"]
+"#;
+
+#[tokio::test]
+async fn admin_rotation_counts_requests_and_failovers_per_model_and_route() {
+    let server = start(ROTATION_FLEET).await;
+    let get = || async {
+        let resp = client()
+            .get(server.url("/admin/rotation"))
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(resp.status(), 200);
+        resp.json::<Value>().await.expect("rotation view is JSON")
+    };
+    let before = get().await;
+    let model = |v: &Value| {
+        v["models"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["model"] == "rotview").cloned())
+            .unwrap_or(Value::Null)
+    };
+    let route = |v: &Value, name: &str| {
+        v["routes"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["route"] == name).cloned())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(
+        model(&before)["requests_total"],
+        0.0,
+        "every configured model is listed, zeros included: {before}"
+    );
+    assert_eq!(route(&before, "rv-up")["failovers_to_total"], 0.0, "{before}");
+
+    let mut moved = 0.0;
+    for _ in 0..3 {
+        let mut body = chat_body(true);
+        body["model"] = "rotview".into();
+        let reply = post_sse(&server.url(""), &body, &[]).await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        let env = reply.envelope();
+        assert_eq!(env["route"], "rv-up", "{env}");
+        moved += env["route_changes"].as_array().map_or(0, Vec::len) as f64;
+    }
+    assert!(moved >= 1.0, "the first request at least moved off the down route");
+
+    let after = get().await;
+    let m = model(&after);
+    assert_eq!(m["requests"]["completed"], 3.0, "{m}");
+    assert_eq!(m["requests_total"], 3.0, "{m}");
+    assert_eq!(m["success_rate"], 1.0, "{m}");
+    let down = route(&after, "rv-down");
+    assert_eq!(
+        down["failovers_from"]["provider_switch"]["served"], moved,
+        "one move per route change, by layer and result: {down}"
+    );
+    let up = route(&after, "rv-up");
+    assert_eq!(up["failovers_to_total"], moved, "{up}");
+    assert_eq!(up["failover_success"], 1.0, "every move to rv-up was served: {up}");
+    assert!(
+        up["cost_micros"]["completed"].as_f64().is_some_and(|c| c > 0.0),
+        "rv-up's answers cost something: {up}"
+    );
+    assert_eq!(
+        down["cost_micros"],
+        serde_json::json!({}),
+        "rv-down served nothing: {down}"
+    );
+    let history = after["history"].as_array().expect("history is a list");
+    let last = history.last().expect("the live interval is always there");
+    assert_eq!(last["age_s"], 0, "{last}");
+    assert!(
+        last["logical"].as_f64().is_some_and(|n| n >= 3.0),
+        "the live interval holds this test's requests: {last}"
+    );
+    assert!(after["sample_every_s"].as_u64().is_some());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_dashboard_reads_every_rotation_figure_the_view_carries() {
+    let server = start(&config_toml(&[("a", "openai", "quick")], QUICK)).await;
+    let html = client()
+        .get(server.url("/dashboard"))
+        .send()
+        .await
+        .expect("request sent")
+        .text()
+        .await
+        .expect("the page");
+    assert!(
+        html.contains("/admin/rotation"),
+        "the dashboard polls the rotation view"
+    );
+    let view: Value = client()
+        .get(server.url("/admin/rotation"))
+        .send()
+        .await
+        .expect("request sent")
+        .json()
+        .await
+        .expect("JSON");
+    let fields = |v: &Value| -> Vec<String> { v.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default() };
+    for field in fields(&view)
+        .iter()
+        .chain(fields(&view["models"][0]).iter())
+        .chain(fields(&view["routes"][0]).iter())
+        .chain(fields(&view["history"][0]).iter())
+    {
+        if field == "samples_kept" {
+            continue;
+        }
+        assert!(html.contains(field.as_str()), "the dashboard shows {field}");
+    }
     server.shutdown().await;
 }

@@ -11,6 +11,9 @@
 //! dashboard keeps showing them (marked stale, with their age) after the live window empties;
 //! and the drills running, so a drill given a duration (`?ms=`) keeps its breaker open that
 //! long and says how long is left.
+//!
+//! `/admin/rotation` (in [`rotation`]) reads the rotation metrics per model and per route,
+//! with an hour of samples for the dashboard's plots.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,14 +33,23 @@ use tokio::time::Instant;
 use crate::health::{Health, RouteSnapshot, Unavailable};
 use crate::transport::{auth, AppState};
 
+mod exposition;
+mod rotation;
+
+use rotation::{admin_rotation, sample_rotation, RotationHistory};
+
 pub fn routes() -> Router<AppState> {
+    let history = Arc::new(RotationHistory::default());
+    sample_rotation(&history);
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/admin/routes", get(admin_routes))
         .route("/admin/routes/{name}/drill", post(drill))
+        .route("/admin/rotation", get(admin_rotation))
         .layer(Extension(Arc::new(OpsMemory::default())))
+        .layer(Extension(history))
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

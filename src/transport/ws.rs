@@ -2,11 +2,13 @@
 //! upgrades with bounded frame and buffer sizes, and runs one session per socket (protocol in
 //! docs/ws-protocol.md).
 
+mod history;
 mod protocol;
 mod render;
 mod session;
 mod streams;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,7 +97,7 @@ async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: sup
     let gateway = state.gateway.clone();
     let slots = slots(&state, caller.clone());
     let chat = caller.gated(move |req, ctx| gateway.chat(req, ctx));
-    let session = Session::new(chat, base, slots, state.resumable.clone(), out);
+    let session = Session::new(chat, base, slots, state.resumable.clone(), out).with_windows(windows(&state));
     let close = {
         let writer = write_queued(&mut sink, queued);
         tokio::pin!(writer);
@@ -113,6 +115,35 @@ async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: sup
         }
     };
     let _ = tokio::time::timeout(CLOSE_GRACE, goodbye).await;
+}
+
+/// Per client-facing model, each route's context window and output reserve: a session's
+/// history is projected to fit the route most able to take it.
+fn windows(state: &AppState) -> Arc<HashMap<String, Vec<session::RouteWindow>>> {
+    use crate::config::Wire;
+    let config = &state.config;
+    let windows = config
+        .models
+        .iter()
+        .map(|(name, model)| {
+            let routes = config
+                .routes
+                .iter()
+                .filter(|r| model.routes.contains(&r.name))
+                .map(|r| session::RouteWindow {
+                    window: u64::from(r.context_window),
+                    max_output: r.max_output,
+                    // What the router reserves for the answer when the request sets no max_tokens.
+                    default_reserve: match r.wire {
+                        Wire::Anthropic => crate::provider::anthropic::DEFAULT_MAX_TOKENS,
+                        Wire::OpenAi => crate::router::DEFAULT_OUTPUT_RESERVE,
+                    },
+                })
+                .collect();
+            (name.clone(), routes)
+        })
+        .collect();
+    Arc::new(windows)
 }
 
 /// A request's place at the stream gate, as the HTTP endpoints take it: refused while

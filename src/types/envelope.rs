@@ -1,5 +1,6 @@
 //! The envelope: which route served, at what level, whether it was hedged, every failure,
-//! every route change and the layer it moved, the repair attempt, and the state hash.
+//! every route change and the layer it moved, the repair attempt, the state hash, and which
+//! turns of a WebSocket session's history were projected into the request.
 
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +78,32 @@ pub struct Envelope {
     /// whichever route serves, and the same for the same history.
     #[serde(default, skip_serializing_if = "is_empty")]
     pub state_hash: Box<str>,
+    /// On a WebSocket `session`: which turns of its kept history the request carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<Box<HistoryInfo>>,
+}
+
+/// The history a WebSocket session projected into one request (docs/ws-protocol.md).
+/// Turns are numbered from 1 in the order the session kept them; one turn is the messages a
+/// client sent in one `chat` and the answer it got.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistoryInfo {
+    pub session: String,
+    /// The first and last turn carried (inclusive), `None` when none was.
+    pub turns_included: Option<TurnRange>,
+    /// Kept turns left out, oldest first, so the prompt fits the model's context window.
+    pub dropped_for_budget: u32,
+    /// Turns the session no longer keeps (past its turn or byte limit), since it began.
+    pub dropped_for_limit: u64,
+    /// This request's own turn number (its answer is kept under it).
+    pub turn: u64,
+}
+
+/// An inclusive range of turn numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnRange {
+    pub from: u64,
+    pub to: u64,
 }
 
 /// Which layer moved when a request went from one route to another.

@@ -14,6 +14,7 @@ mod state_hash;
 
 pub use ctx::{Dialect, Priority, RequestCtx};
 pub use envelope::{Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level, RepairInfo, RouteChange, SwitchLayer};
+pub use envelope::{HistoryInfo, TurnRange};
 pub use error_class::{Blame, ErrorClass};
 pub use event::{ErrorEvent, EventStream, FinishReason, StreamEvent, ToolCall, Usage};
 pub use plan::{

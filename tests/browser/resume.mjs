@@ -1,6 +1,6 @@
 // The playground and the dashboard in headless Chromium: an answer streamed over SSE and over
 // the WebSocket survives a connection broken mid-answer and ends whole, exactly once; the
-// dashboard shows the routes; with [auth] the page is refused without a key and streams and
+// dashboard shows the routes and its rotation panels; with [auth] the page is refused without a key and streams and
 // resumes with one typed in. Starts its own tailcut (tests/browser/browser.toml: a slow,
 // long, deterministic answer; a copy with [auth] and a fresh key) on free loopback ports and
 // saves screenshots and server logs under target/browser/.
@@ -187,6 +187,10 @@ async function withAuth(browser, expected) {
   check(/open for 10\.0 s/.test(drillStatus), `auth: the drill says how long it lasts (${drillStatus})`);
   const breaker = await row.locator(".pill").first().textContent();
   check(breaker.startsWith("open"), `auth: the drilled route's breaker shows open (${breaker})`);
+  // The rotation panels read /admin/rotation with the same token: every route has its row.
+  await page.locator("#routeRows tr[data-rot-route='sim-long-b']").waitFor({ timeout: STEP_MS });
+  const rotated = await page.locator("#rotFigures b").count();
+  check(rotated >= 6, `auth: the rotation panels show their figures (${rotated})`);
   await page.setViewportSize({ width: 1500, height: 900 });
   await page.screenshot({ path: join(shots, "dashboard-drill.png"), fullPage: true });
   await context.close();

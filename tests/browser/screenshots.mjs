@@ -1,6 +1,7 @@
 // Regenerates the README's screenshots (docs/img/) from the embedded default config: warms
 // the routes with some traffic so the dashboard has TTFT tails to plot, then shows a
-// playground answer that survived a broken connection, and the dashboard.
+// playground answer that survived a broken connection, and the dashboard (its route table, and
+// its rotation panels).
 //
 //   cargo build --bins && node tests/browser/screenshots.mjs
 //
@@ -73,6 +74,10 @@ try {
   await page.waitForSelector("#ccdfLegend span");
   await page.waitForTimeout(1500);
   await page.screenshot({ path: join(out, "dashboard.png") });
+  await page.waitForSelector("#routeRows tr[data-rot-route]");
+  await page.locator("h2.section").scrollIntoViewIfNeeded();
+  await page.evaluate(() => document.querySelector("h2.section").scrollIntoView({ block: "start" }));
+  await page.screenshot({ path: join(out, "dashboard-rotation.png") });
   console.log("screenshots in " + out);
 } finally {
   await browser.close();

@@ -10,11 +10,13 @@ pub const MAX_ID_LEN: usize = 128;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClientMessage {
-    /// Start a request; `request` is an OpenAI-style chat body.
+    /// Start a request; `request` is an OpenAI-style chat body. With `session`, its
+    /// messages are the new turn and the session's history is projected in before them.
     Chat {
         id: String,
         request: Value,
         options: ChatOptions,
+        session: Option<String>,
     },
     /// Stop a request at once.
     Cancel { id: String },
@@ -86,7 +88,22 @@ pub fn parse(text: &str) -> Result<ClientMessage, ProtocolError> {
                 Some(v) => serde_json::from_value(v)
                     .map_err(|e| ProtocolError::new(Some(&id), format!("invalid options: {e}")))?,
             };
-            Ok(ClientMessage::Chat { id, request, options })
+            let session = match obj.remove("session") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_ID_LEN => Some(s),
+                Some(_) => {
+                    return Err(ProtocolError::new(
+                        Some(&id),
+                        format!("\"session\" must be a non-empty string of at most {MAX_ID_LEN} bytes"),
+                    ))
+                }
+            };
+            Ok(ClientMessage::Chat {
+                id,
+                request,
+                options,
+                session,
+            })
         }
         "cancel" => Ok(ClientMessage::Cancel { id: need_id()? }),
         "resume" => {
@@ -148,9 +165,21 @@ mod tests {
                     deadline_ms: Some(900),
                     ..ChatOptions::default()
                 },
+                session: None,
             },
             "every part of the chat message"
         );
+    }
+
+    #[test]
+    fn chat_message_may_name_a_session_for_its_history() {
+        let text = json!({"type": "chat", "id": "c2", "session": "s1", "request": {"model": "chat", "messages": []}});
+        let Ok(ClientMessage::Chat { session, .. }) = parse(&text.to_string()) else {
+            panic!("a chat message with a session parses")
+        };
+        assert_eq!(session.as_deref(), Some("s1"));
+        let e = parse(r#"{"type":"chat","id":"c2","session":7,"request":{}}"#).expect_err("numeric session");
+        assert!(e.message.contains("session"), "names the field: {}", e.message);
     }
 
     #[test]

@@ -11,7 +11,11 @@
 //! what exceeds its limits is answered with `overloaded` errors, one per refused frame. A
 //! client whose queue stays full for two ping intervals does not read: it is closed with
 //! 1013. A reader that falls behind the replay buffer gets `resume_gap` for that request.
+//!
+//! A `chat` that names a `session` carries only its new turn: the session's history (see
+//! `history`) is projected in before it, and its answer is kept for the next turn.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::OwnedPermit;
 use tokio::time::{interval_at, timeout, Instant, MissedTickBehavior};
 
+use super::history::Histories;
 use super::protocol::{self, ClientMessage};
 use super::render::sequenced;
 use super::streams::{Item, RequestStreams};
@@ -44,6 +49,24 @@ enum Step {
     Continue,
     /// End the session, telling the client why when there is a reason to give.
     End(Option<CloseFrame>),
+}
+
+/// A route's context window, for projecting a session's history (tokens).
+#[derive(Debug, Clone, Copy)]
+pub struct RouteWindow {
+    pub window: u64,
+    pub max_output: u32,
+    /// The answer's reserve when the request sets no `max_tokens`.
+    pub default_reserve: u32,
+}
+
+impl RouteWindow {
+    /// Prompt tokens the route takes for a request asking for `max_tokens`, as the router
+    /// reserves the answer's room.
+    fn prompt_budget(&self, max_tokens: Option<u32>) -> u64 {
+        let reserve = max_tokens.unwrap_or(self.default_reserve).min(self.max_output);
+        self.window.saturating_sub(u64::from(reserve))
+    }
 }
 
 /// One slot in the outgoing queue, taken before a step.
@@ -75,6 +98,9 @@ pub struct Session<F> {
     out: mpsc::Sender<Message>,
     max_requests: usize,
     missed_pongs: u32,
+    histories: Histories,
+    /// Per client-facing model, its routes' context windows.
+    windows: Arc<HashMap<String, Vec<RouteWindow>>>,
 }
 
 impl<F> Session<F>
@@ -91,7 +117,15 @@ where
             out,
             max_requests: MAX_REQUESTS_PER_SOCKET,
             missed_pongs: 0,
+            histories: Histories::default(),
+            windows: Arc::default(),
         }
+    }
+
+    /// The context windows a session's history is projected for, per client-facing model.
+    pub fn with_windows(mut self, windows: Arc<HashMap<String, Vec<RouteWindow>>>) -> Self {
+        self.windows = windows;
+        self
     }
 
     /// Runs until the client goes away or the session must close; returns the close frame
@@ -145,7 +179,12 @@ where
 
     fn on_text(&mut self, text: &str, slot: Slot) -> Step {
         match protocol::parse(text) {
-            Ok(ClientMessage::Chat { id, request, options }) => self.start(id, request, options, slot),
+            Ok(ClientMessage::Chat {
+                id,
+                request,
+                options,
+                session,
+            }) => self.start(id, request, options, session, slot),
             Ok(ClientMessage::Cancel { id }) => match self.streams.remove(&id) {
                 Some(stream) => {
                     stream.stop(Stop::Cancelled);
@@ -180,7 +219,14 @@ where
         None
     }
 
-    fn start(&mut self, id: String, request: serde_json::Value, options: ChatOptions, slot: Slot) -> Step {
+    fn start(
+        &mut self,
+        id: String,
+        request: serde_json::Value,
+        mut options: ChatOptions,
+        session: Option<String>,
+        slot: Slot,
+    ) -> Step {
         if let Some(reply) = self.refuse_open(&id) {
             return send_error(slot, Some(id), reply);
         }
@@ -195,6 +241,10 @@ where
             request_id: RequestCtx::new(Dialect::Native).request_id,
             ..self.base.clone()
         };
+        // A history session is also the lease's session unless the options name another.
+        if options.session.is_none() {
+            options.session.clone_from(&session);
+        }
         if let Err(e) = options.apply(&mut ctx) {
             return send_error(slot, Some(id), e.into());
         }
@@ -205,9 +255,25 @@ where
             Ok(permit) => permit,
             Err(refused) => return send_error(slot, Some(id), refused),
         };
+        let keeper = match &session {
+            Some(session) => {
+                let window = self
+                    .windows
+                    .get(&req.model)
+                    .and_then(|routes| routes.iter().map(|r| r.prompt_budget(req.max_tokens)).max());
+                match self.histories.project(session, &mut req, window) {
+                    Ok((_, keeper)) => Some(keeper),
+                    Err(refused) => return send_error(slot, Some(id), refused),
+                }
+            }
+            None => None,
+        };
         let request_id = ctx.request_id.clone();
         let events = match (self.chat)(req, ctx) {
-            Ok(events) => events,
+            Ok(events) => match keeper {
+                Some(keeper) => keeper.watch(events),
+                None => events,
+            },
             Err(e) => return send(slot, &ServerMessage::from_gateway(Some(id), &e)),
         };
         match self.registry.open(events, request_id, permit) {
