@@ -128,6 +128,7 @@ mod tests {
             path: "/s/flat/v1/chat/completions?x=1".into(),
             body: Bytes::from_static(b"{}"),
             tailcut: false,
+            bearer: None,
         };
         let (_, response) = conn.send(&target).await.expect("relayed");
         assert_eq!(
@@ -153,6 +154,7 @@ mod tests {
             path: "/".into(),
             body: Bytes::new(),
             tailcut: false,
+            bearer: None,
         };
         let refused = conn.send(&target).await.err();
         assert_eq!(refused.as_deref(), Some("status 502 Bad Gateway"));

@@ -26,6 +26,8 @@ pub struct Target {
     pub path: String,
     pub body: Bytes,
     pub tailcut: bool,
+    /// An `authorization: Bearer` key (a peer proxy's master key).
+    pub bearer: Option<String>,
 }
 
 /// One answer as the client saw it.
@@ -88,6 +90,9 @@ impl Conn {
             .header("content-type", "application/json");
         if target.tailcut {
             builder = builder.header("x-tailcut-hedge", "off");
+        }
+        if let Some(key) = &target.bearer {
+            builder = builder.header("authorization", format!("Bearer {key}"));
         }
         let request = builder
             .body(Full::new(target.body.clone()))

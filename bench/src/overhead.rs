@@ -5,13 +5,20 @@
 //! straight TTFT is subtracted from its proxied ones (paired deltas), so drift and noise
 //! that hit the whole round cancel. Also reports each server's CPU time and allocations per
 //! request, read from its own process.
+//!
+//! A peer proxy started outside the bench (`--peer NAME=URL`, e.g. LiteLLM by
+//! `benches/peers/litellm.sh`) can join the rounds as a fourth way: the upstream then listens
+//! on `--upstream-listen` so the peer can be pointed at it beforehand, and the peer is sent
+//! the same body, as model `flat`, with `TAILCUT_BENCH_PEER_KEY` as its bearer key. Only its
+//! TTFT is measured (its process is not the bench's to read).
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::client::Conn;
+use crate::client::{Conn, Target};
 use crate::figures::{progress, write_json, Machine, Spread};
 use crate::rig::{scenario, Mode, Rig};
 use crate::server::Kind;
@@ -27,17 +34,44 @@ pub struct OverheadArgs {
     /// Where `overhead.json` goes.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
+    /// The simulated upstream's address (default: a free loopback port).
+    #[arg(long)]
+    pub upstream_listen: Option<SocketAddr>,
+    /// A peer proxy in front of the same upstream, as `NAME=http://HOST:PORT`; it is asked
+    /// `POST /v1/chat/completions` for model `flat`.
+    #[arg(long)]
+    pub peer: Option<String>,
+}
+
+/// A peer proxy: its name in the report, and where it listens.
+struct Peer {
+    name: String,
+    addr: SocketAddr,
+}
+
+fn parse_peer(spec: &str) -> Result<Peer, String> {
+    let bad = || format!("--peer {spec:?}: expected NAME=http://HOST:PORT");
+    let (name, url) = spec.split_once('=').ok_or_else(bad)?;
+    let addr = url.strip_prefix("http://").ok_or_else(bad)?.trim_end_matches('/');
+    let addr = addr.parse().map_err(|_| bad())?;
+    if name.is_empty() {
+        return Err(bad());
+    }
+    Ok(Peer {
+        name: name.to_string(),
+        addr,
+    })
 }
 
 #[derive(Debug, Serialize)]
 pub struct OverheadReport {
     pub machine: Machine,
     pub requests: usize,
-    pub errors: BTreeMap<&'static str, usize>,
+    pub errors: BTreeMap<String, usize>,
     /// TTFT seen by the client, µs, each way.
-    pub ttft_us: BTreeMap<&'static str, Spread>,
+    pub ttft_us: BTreeMap<String, Spread>,
     /// Paired deltas against the straight request of the same round, µs.
-    pub added_us: BTreeMap<&'static str, Spread>,
+    pub added_us: BTreeMap<String, Spread>,
     /// tailcut's added TTFT over the bare proxy's, at p50 and p99.
     pub ratio_p50: f64,
     pub ratio_p99: f64,
@@ -55,22 +89,36 @@ pub async fn overhead(args: OverheadArgs) -> Result<(), String> {
         return Err("--requests must be positive".into());
     }
     // The first token leaves at once: what is timed is the path, not the upstream's clock.
+    let peer = args.peer.as_deref().map(parse_peer).transpose()?;
     let flat = scenario(serde_json::json!({ "ttft": { "median_ms": 0.0 }, "tokens": 4, "inter_token_ms": 0.0 }))?;
-    let mut rig = Rig::start(&args.out, BTreeMap::from([(SCENARIO.to_string(), flat)])).await?;
-    let result = measure(&args, &mut rig).await;
+    let listen = args.upstream_listen.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let mut rig = Rig::start_on(listen, &args.out, BTreeMap::from([(SCENARIO.to_string(), flat)])).await?;
+    let result = measure(&args, &mut rig, peer.as_ref()).await;
     rig.stop().await;
     let report = result?;
     print_table(&report);
     write_json(&args.out, "overhead.json", &report)
 }
 
-async fn measure(args: &OverheadArgs, rig: &mut Rig) -> Result<OverheadReport, String> {
-    let targets = Mode::ALL.map(|m| rig.target(m, SCENARIO));
+async fn measure(args: &OverheadArgs, rig: &mut Rig, peer: Option<&Peer>) -> Result<OverheadReport, String> {
+    let mut names: Vec<String> = Mode::ALL.iter().map(|m| m.name().to_string()).collect();
+    let mut targets: Vec<Target> = Mode::ALL.iter().map(|m| rig.target(*m, SCENARIO)).collect();
+    if let Some(peer) = peer {
+        names.push(peer.name.clone());
+        targets.push(Target {
+            addr: peer.addr,
+            path: "/v1/chat/completions".into(),
+            body: rig.target(Mode::Tailcut, SCENARIO).body,
+            tailcut: false,
+            bearer: std::env::var("TAILCUT_BENCH_PEER_KEY").ok(),
+        });
+    }
+    let ways = targets.len();
     let mut conns = Vec::new();
     for t in &targets {
         conns.push(Conn::open(t.addr).await?);
     }
-    let mut rounds: Vec<[Option<f64>; 3]> = Vec::with_capacity(args.requests);
+    let mut rounds: Vec<Vec<Option<f64>>> = Vec::with_capacity(args.requests);
     let mut before = Vec::new();
     let bar = progress((args.warmup + args.requests) as u64, "TTFT rounds");
     for round in 0..args.warmup + args.requests {
@@ -79,14 +127,12 @@ async fn measure(args: &OverheadArgs, rig: &mut Rig) -> Result<OverheadReport, S
                 before.push(rig.server(kind).stat(false).await?);
             }
         }
-        // Six orders of the three ways, in turn.
-        let order = ORDERS[round % ORDERS.len()];
-        let mut got = [None; 3];
-        for i in order {
+        let mut got = vec![None; ways];
+        for i in order(round, ways) {
             got[i] = conns[i].chat(&targets[i]).await.ok().and_then(|t| t.ttft());
         }
         if round >= args.warmup {
-            rounds.push(got.map(|d| d.map(|d| d.as_secs_f64() * 1e6)));
+            rounds.push(got.into_iter().map(|d| d.map(|d| d.as_secs_f64() * 1e6)).collect());
         }
         bar.inc(1);
     }
@@ -101,38 +147,52 @@ async fn measure(args: &OverheadArgs, rig: &mut Rig) -> Result<OverheadReport, S
         sys.insert(name, d.sys_us as f64 / args.requests as f64);
         allocs.insert(name, d.allocations as f64 / args.requests as f64);
     }
-    let errors: [usize; 3] = std::array::from_fn(|i| rounds.iter().filter(|r| r[i].is_none()).count());
-    let ttft: [Vec<f64>; 3] = std::array::from_fn(|i| rounds.iter().filter_map(|r| r[i]).collect());
-    // Rounds where both the straight and the proxied request answered.
-    let paired = |via: usize| -> Vec<f64> { rounds.iter().filter_map(|r| Some(r[via]? - r[0]?)).collect() };
-    let spread = |s: Vec<f64>| Spread::of(s).ok_or("no request succeeded");
-    let added_bare = spread(paired(1))?;
-    let added_tailcut = spread(paired(2))?;
+    let errors = (0..ways).map(|i| rounds.iter().filter(|r| r[i].is_none()).count());
+    let spread = |s: Vec<f64>| Spread::of(s).ok_or_else(|| "no request succeeded".to_string());
+    let mut ttft = BTreeMap::new();
+    let mut added = BTreeMap::new();
+    for (i, name) in names.iter().enumerate() {
+        ttft.insert(name.clone(), spread(rounds.iter().filter_map(|r| r[i]).collect())?);
+        if i > 0 {
+            // Rounds where both the straight and the proxied request answered.
+            let paired = rounds.iter().filter_map(|r| Some(r[i]? - r[0]?)).collect();
+            let what = format!("{name}: no request answered alongside a straight one");
+            added.insert(name.clone(), Spread::of(paired).ok_or(what)?);
+        }
+    }
+    let (added_bare, added_tailcut) = (added["bare"], added["tailcut"]);
     Ok(OverheadReport {
         machine: Machine::now(),
         requests: args.requests,
-        errors: Mode::ALL.iter().map(|m| m.name()).zip(errors).collect(),
-        ttft_us: Mode::ALL
-            .iter()
-            .map(|m| m.name())
-            .zip(ttft.into_iter().map(spread))
-            .map(|(n, s)| s.map(|s| (n, s)))
-            .collect::<Result<_, _>>()?,
+        errors: names.iter().cloned().zip(errors).collect(),
+        ttft_us: ttft,
         ratio_p50: added_tailcut.p50 / added_bare.p50,
         ratio_p99: added_tailcut.p99 / added_bare.p99,
-        added_us: BTreeMap::from([("bare", added_bare), ("tailcut", added_tailcut)]),
+        added_us: added,
         cpu_us_per_request: cpu,
         sys_us_per_request: sys,
         allocations_per_request: allocs,
     })
 }
 
-const ORDERS: [[usize; 3]; 6] = [[0, 1, 2], [2, 0, 1], [1, 2, 0], [0, 2, 1], [1, 0, 2], [2, 1, 0]];
+/// The order of round `round`'s requests over `ways` ways: each way goes first, then each
+/// goes last, in turn (rotations, then the same rotations reversed), so every way is sent in
+/// every position equally often.
+fn order(round: usize, ways: usize) -> Vec<usize> {
+    let shift = round % ways;
+    let mut order: Vec<usize> = (0..ways).map(|i| (i + shift) % ways).collect();
+    if (round / ways) % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
 
 fn print_table(r: &OverheadReport) {
     println!(
-        "\noverhead: {} rounds at concurrency 1 (each: straight, bare proxy, tailcut, order rotating); machine of {} cores shared with other work",
-        r.requests, r.machine.cores
+        "\noverhead: {} rounds at concurrency 1 (each: straight, bare proxy, tailcut{}, order rotating); machine of {} cores shared with other work",
+        r.requests,
+        if r.ttft_us.len() > 3 { ", peer" } else { "" },
+        r.machine.cores
     );
     println!(
         "{:<34}{:>10}{:>10}{:>10}{:>8}",
@@ -144,7 +204,7 @@ fn print_table(r: &OverheadReport) {
             s.p50,
             s.p90,
             s.p99,
-            r.errors.get(name).copied().unwrap_or(0)
+            r.errors.get(name.as_str()).copied().unwrap_or(0)
         );
     }
     for (name, s) in &r.added_us {
@@ -166,5 +226,36 @@ fn print_table(r: &OverheadReport) {
         println!(
             "{name:<10} server CPU {cpu:>8.1} µs/request ({sys:.1} in the kernel), {allocs:>8.1} allocations/request"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_way_is_sent_in_every_position_equally_often() {
+        for ways in [3, 4] {
+            let mut seen = vec![vec![0; ways]; ways];
+            for round in 0..ways * 2 {
+                let o = order(round, ways);
+                let mut sorted = o.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..ways).collect::<Vec<_>>(), "each way once a round");
+                for (pos, way) in o.into_iter().enumerate() {
+                    seen[way][pos] += 1;
+                }
+            }
+            assert!(seen.iter().flatten().all(|&n| n == 2), "{ways} ways: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn a_peer_is_a_name_and_a_loopback_url() {
+        let p = parse_peer("litellm=http://127.0.0.1:4000/").expect("valid");
+        assert_eq!((p.name.as_str(), p.addr.port()), ("litellm", 4000));
+        assert!(parse_peer("litellm").is_err(), "no url");
+        assert!(parse_peer("=http://127.0.0.1:1").is_err(), "no name");
+        assert!(parse_peer("x=https://127.0.0.1:1").is_err(), "plain http only");
     }
 }

@@ -44,7 +44,16 @@ impl Rig {
     /// Starts the simulated upstream with `scenarios` and both server processes; tailcut's
     /// config has one route and one model per scenario, of the same name, hedging off.
     pub async fn start(out: &Path, scenarios: BTreeMap<String, Scenario>) -> Result<Rig, String> {
-        let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        Rig::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), out, scenarios).await
+    }
+
+    /// As [`Rig::start`], with the simulated upstream on `listen` (a fixed port, so a peer
+    /// proxy started beforehand can be pointed at it).
+    pub async fn start_on(
+        listen: SocketAddr,
+        out: &Path,
+        scenarios: BTreeMap<String, Scenario>,
+    ) -> Result<Rig, String> {
         let names: Vec<String> = scenarios.keys().cloned().collect();
         // On the upstream's own runtime, so its tasks never run on the client's thread.
         let upstream = crate::upstream().ok_or("no runtime for the simulated upstream")?;
@@ -75,6 +84,7 @@ impl Rig {
             path,
             body: chat_body(scenario),
             tailcut: mode == Mode::Tailcut,
+            bearer: None,
         }
     }
 

@@ -59,6 +59,16 @@ impl RouteViews {
             .map(|(_, v)| *v)
             .unwrap_or_default()
     }
+
+    /// `name`'s view, looked for first at position `i`: views are taken in the order of the
+    /// model's routes and planning walks them in that order, so this is one comparison where
+    /// [`RouteViews::get`] scans (quadratic over a model of hundreds of routes).
+    pub fn get_at(&self, i: usize, name: &str) -> RouteView {
+        match self.views.get(i) {
+            Some((n, v)) if n == name => *v,
+            _ => self.get(name),
+        }
+    }
 }
 
 impl FromIterator<(String, RouteView)> for RouteViews {
@@ -205,6 +215,9 @@ mod tests {
         );
         assert_eq!(views.get(&name).status(), RouteStatus::Available);
         assert_eq!(views.get("nowhere"), RouteView::default(), "unknown routes look fresh");
+        assert_eq!(views.get_at(0, &name), views.get(&name), "found at its position");
+        assert_eq!(views.get_at(1, &name), views.get(&name), "found elsewhere too");
+        assert_eq!(views.get_at(7, "nowhere"), RouteView::default(), "out of range: fresh");
         let fresh = health.views([name.as_str()], now);
         assert_eq!(
             fresh.get(&name).status(),

@@ -109,7 +109,7 @@ impl SseDecoder {
         }
         let mut rest = chunk;
         while !rest.is_empty() {
-            match rest.iter().position(|b| *b == b'\r' || *b == b'\n') {
+            match memchr::memchr2(b'\r', b'\n', rest) {
                 Some(pos) => {
                     if self.tail_len + pos > self.limits.max_line_bytes {
                         return self.overflow(rest);
@@ -163,7 +163,7 @@ impl SseDecoder {
             // The unterminated tail holds no line end: scan only what precedes it, so a long
             // line arriving in many chunks is not rescanned each time.
             let terminated = self.buf.len().saturating_sub(self.tail_len);
-            let Some(pos) = self.buf[..terminated].iter().position(|b| *b == b'\r' || *b == b'\n') else {
+            let Some(pos) = memchr::memchr2(b'\r', b'\n', &self.buf[..terminated]) else {
                 if self.overflowed {
                     return Err(self.fail(SseError::TooLarge {
                         what: "line",

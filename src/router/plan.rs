@@ -10,7 +10,7 @@ use super::eligibility::{self, count_prompt, Eligibility};
 use super::requirements::Requirements;
 use super::tokens::PromptTokens;
 use super::{families, ranking};
-use crate::config::Config;
+use crate::config::{Config, RouteConfig};
 use crate::health::lease::{self, LeaseCandidate, LeaseEntry, LeaseTable};
 use crate::health::{Health, RouteViews};
 use crate::types::{Candidate, CandidateScore, ChatRequest, Exclusion, Plan, RequestCtx};
@@ -110,11 +110,13 @@ pub fn plan_over(
     let check = Eligibility::with_prompt(config, req, needs, *prompt);
     let mut excluded = Vec::new();
     let mut eligible = Vec::new();
-    for name in model_routes(config, req) {
-        let Some(route) = config.route(name) else { continue };
+    let names = model_routes(config, req);
+    let routes = RouteLookup::new(config, names.len());
+    for (i, name) in names.iter().enumerate() {
+        let Some(route) = routes.get(name) else { continue };
         let reasons = check.check(route);
         if reasons.is_empty() {
-            eligible.push((route, snapshot.health.get(name)));
+            eligible.push((route, snapshot.health.get_at(i, name)));
         } else {
             excluded.push(Exclusion {
                 route: name.clone(),
@@ -174,6 +176,34 @@ pub fn plan_over(
     })
 }
 
+/// Routes by name for one plan. `Config::route` scans every route, so a model of hundreds of
+/// routes made planning quadratic (1.5 ms at 500 routes); past a few routes one map is built
+/// per plan instead, and small models keep the scan (cheaper than a map).
+enum RouteLookup<'a> {
+    Scan(&'a Config),
+    Map(std::collections::HashMap<&'a str, &'a RouteConfig>),
+}
+
+/// Model sizes up to this are looked up by scanning.
+const SCAN_UP_TO: usize = 8;
+
+impl<'a> RouteLookup<'a> {
+    fn new(config: &'a Config, wanted: usize) -> Self {
+        if wanted <= SCAN_UP_TO {
+            RouteLookup::Scan(config)
+        } else {
+            RouteLookup::Map(config.routes.iter().map(|r| (r.name.as_str(), r)).collect())
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&'a RouteConfig> {
+        match self {
+            RouteLookup::Scan(config) => config.route(name),
+            RouteLookup::Map(map) => map.get(name).copied(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -184,6 +214,20 @@ mod tests {
     use crate::provider::ProviderError;
     use crate::router::testkit::{config, request};
     use crate::types::{Dialect, ErrorClass, ExclusionCode, LeaseUpdate, Priority, RevokeReason, RouteStatus};
+
+    #[test]
+    fn the_map_lookup_finds_what_the_scan_finds() {
+        let cfg = config("");
+        let scan = RouteLookup::new(&cfg, 1);
+        let map = RouteLookup::new(&cfg, SCAN_UP_TO + 1);
+        assert!(matches!(map, RouteLookup::Map(_)), "large models use the map");
+        for r in &cfg.routes {
+            let (a, b) = (scan.get(&r.name), map.get(&r.name));
+            assert_eq!(a.map(|r| &r.name), Some(&r.name));
+            assert_eq!(b.map(|r| &r.name), Some(&r.name));
+        }
+        assert!(scan.get("nowhere").is_none() && map.get("nowhere").is_none());
+    }
 
     fn routes(plan: &Plan) -> Vec<&str> {
         plan.candidates.iter().map(|c| c.route.as_str()).collect()

@@ -185,6 +185,8 @@ fn protocol(message: &str) -> ProviderError {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     use std::time::Duration;
 
     use bytes::Bytes;
@@ -308,6 +310,56 @@ mod tests {
             out.last(),
             Some(&Ok(Delta::Finish(FinishReason::Stop))),
             "no usage, no [DONE]: still fine"
+        );
+    }
+
+    /// A body whose end arrives `after` the `[DONE]` it follows; `ended` is set once it was
+    /// read to its end (as a pooled connection must be, to be reused).
+    fn body_ending_later(
+        after: Duration,
+        ended: Arc<AtomicBool>,
+    ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+        let finish = r#"data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#;
+        let first = futures::stream::iter([Ok(Bytes::from(format!("{finish}\n\ndata: [DONE]\n\n")))]);
+        let end = futures::stream::once(async move {
+            tokio::time::sleep(after).await;
+            ended.store(true, Ordering::SeqCst);
+        })
+        .filter_map(|()| async { None });
+        first.chain(end)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_body_is_read_to_its_end_after_the_reader_is_done() {
+        let ended = Arc::new(AtomicBool::new(false));
+        let body = body_ending_later(Duration::from_millis(5), Arc::clone(&ended));
+        let started = tokio::time::Instant::now();
+        let out: Out = drive(body, ChunkDecoder::default()).collect().await;
+        assert_eq!(out, vec![text("hi"), Ok(Delta::Finish(FinishReason::Stop))]);
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "the reader never waits for the body's end"
+        );
+        assert!(!ended.load(Ordering::SeqCst), "not yet: the end is 5 ms away");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "read to its end, so the connection can be reused"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_ends_is_dropped_after_the_drain_bound() {
+        let ended = Arc::new(AtomicBool::new(false));
+        let body = body_ending_later(Duration::from_secs(3600), Arc::clone(&ended));
+        let out: Out = drive(body, ChunkDecoder::default()).collect().await;
+        assert_eq!(out.len(), 2, "the answer is whole: {out:?}");
+        tokio::time::sleep(crate::provider::DRAIN_FOR * 2).await;
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(
+            !ended.load(Ordering::SeqCst),
+            "dropped at the bound, never read further"
         );
     }
 
