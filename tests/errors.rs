@@ -255,6 +255,19 @@ async fn limits_are_429_with_retry_after_and_deadlines_are_504_without() {
             true,
         );
 
+        // The next request finds the route still cooling after that 429: still a 429 with
+        // Retry-After, never a 503 "overloaded".
+        let r = send(&server, d, &body(d, "limited", "hi"), &[]).await;
+        row(
+            "every route cooling after a rate limit",
+            d,
+            &r,
+            429,
+            ("rate_limit_error", "rate_limit_exceeded"),
+            "rate_limit_error",
+            true,
+        );
+
         let r = send(&server, d, &body(d, "slow", "hi"), &[("x-tailcut-deadline-ms", "100")]).await;
         row(
             "deadline before the first token",

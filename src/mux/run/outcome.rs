@@ -68,6 +68,14 @@ impl Run {
             // The client's own deadline left no route enough time: a timeout, not overload
             // (a Retry-After would only make SDKs repeat the same hopeless request).
             (ErrorClass::Timeout, 504, None)
+        } else if fails.is_empty() && self.routes.only_cooling_skips() {
+            // Every route is cooling after its provider's 429: the client is told to slow
+            // down, with the soonest a route recovers as Retry-After.
+            (
+                ErrorClass::RateLimited,
+                429,
+                waits.iter().min().copied().or(Some(Duration::from_secs(1))),
+            )
         } else if fails.is_empty() {
             (
                 ErrorClass::Overloaded,

@@ -164,6 +164,20 @@ impl Routes {
             .map(|(r, s, at)| (r.as_str(), s, *at))
     }
 
+    /// Was every route passed over only because it is cooling after a rate limit (besides
+    /// routes eligibility excluded)? Then the honest answer is the providers' 429.
+    pub fn only_cooling_skips(&self) -> bool {
+        let mut any = false;
+        for (_, skip, _) in self.skipped() {
+            match skip {
+                Skip::Unavailable(Unavailable::Cooling { .. }) => any = true,
+                Skip::Excluded(_) => {}
+                _ => return false,
+            }
+        }
+        any
+    }
+
     /// Did only the deadline stop this request from trying a route?
     pub fn only_deadline_skips(&self) -> bool {
         let mut any = false;
