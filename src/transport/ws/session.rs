@@ -3,7 +3,9 @@
 //!
 //! Each request is registered in the stream registry, whose task drives the answer; the
 //! session only holds a reader per request, so a request outlives its socket (it is
-//! detached, and can be resumed on another socket) and a `cancel` stops it at once.
+//! detached, and can be resumed on another socket) and a `cancel` stops it at once. A
+//! `resume` of a stream another instance runs (`[state] redis_url`) is looked up and read
+//! in Redis as one more of the socket's requests (see `streams`), never awaited here.
 //!
 //! Backpressure instead of buffering: the loop takes one slot of the outgoing queue before
 //! it handles anything (a frame, an event, a ping), and every step sends at most one
