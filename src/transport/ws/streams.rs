@@ -359,4 +359,131 @@ mod tests {
             "no requests, no events, no busy loop"
         );
     }
+
+    /// Two instances' registries on one Redis (`shared::testkit`).
+    fn two_instances(redis: &crate::shared::testkit::RedisServer) -> (Arc<Registry>, Arc<Registry>) {
+        let config = crate::config::StateConfig {
+            redis_url: Some(redis.url()),
+            op_timeout: Duration::from_secs(2),
+            ..crate::config::StateConfig::default()
+        };
+        let (one, two) = (registry(), registry());
+        one.share(crate::shared::testkit::shared(redis, "one"), &config);
+        two.share(crate::shared::testkit::shared(redis, "two"), &config);
+        (one, two)
+    }
+
+    /// Opens `answer()` on `registry` and waits (bounded) until Redis holds it to the end.
+    async fn finished_in_redis(registry: &Arc<Registry>, other: &Arc<Registry>) -> Arc<Stream> {
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("permit");
+        let stream = registry.open(answer(), "req_remote".into(), permit).expect("room");
+        let shared = other.remote().expect("shared");
+        for _ in 0..200 {
+            if let crate::shared::replay::Lookup::Found(r) = shared.lookup(&stream.id).await {
+                if r.terminal == Some(3) && r.last == Some(3) {
+                    return stream;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the stream never reached Redis");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_remote_resume_waits_on_redis_without_holding_up_the_other_requests() {
+        let redis = crate::shared::testkit::RedisServer::start();
+        let (one, two) = two_instances(&redis);
+        let remote = finished_in_redis(&one, &two).await;
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("permit");
+        let local = two.open(answer(), "req_local".into(), permit).expect("room");
+        let mut set = RequestStreams::default();
+        // Redis answers no one for a while: the lookup waits, the local request does not.
+        assert!(redis.command("CLIENT PAUSE 1000 ALL").starts_with("+OK"));
+        let shared = Arc::clone(two.remote().expect("shared"));
+        set.insert_remote("r".into(), shared, remote.id.clone(), remote.token().into(), 1);
+        set.insert("l".into(), local.attach(0));
+        assert_eq!(set.len(), 2, "a pending lookup counts as an open request");
+        let mut seen = Vec::new();
+        while set.len() > 0 {
+            let (id, request_id, item) = set.next().await;
+            seen.push(match item {
+                Item::Event(seq, _) => format!("{id}{seq} {request_id}"),
+                Item::Reply(m) => format!("{id} {}", m.name()),
+                Item::Gap { first } => format!("{id} gap {first}"),
+            });
+        }
+        assert_eq!(
+            seen,
+            [
+                "l1 req_local",
+                "l2 req_local",
+                "l3 req_local",
+                "r accepted",
+                "r2 req_remote",
+                "r3 req_remote"
+            ],
+            "the local request is served while the lookup waits; the remote one then reads after 1"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_remote_resume_is_refused_as_a_local_one_and_cancel_tells_the_owner() {
+        let redis = crate::shared::testkit::RedisServer::start();
+        let (one, two) = two_instances(&redis);
+        let done = finished_in_redis(&one, &two).await;
+        let shared = Arc::clone(two.remote().expect("shared"));
+        let mut set = RequestStreams::default();
+        set.insert_remote("bad".into(), shared.clone(), done.id.clone(), "wrong".into(), 0);
+        set.insert_remote("unknown".into(), shared.clone(), "st_nope".into(), "t".into(), 0);
+        set.insert_remote("ahead".into(), shared.clone(), done.id.clone(), done.token().into(), 9);
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let (id, _, item) = set.next().await;
+            let Item::Reply(m) = item else {
+                panic!("a refusal for {id}: {item:?}")
+            };
+            let v: serde_json::Value = serde_json::from_str(&m.to_json()).expect("JSON");
+            answers.push((
+                id,
+                v["code"]
+                    .as_str()
+                    .or(v["class"].as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+            ));
+        }
+        answers.sort();
+        assert_eq!(
+            answers,
+            [
+                ("ahead".to_string(), "bad_request".to_string()),
+                ("bad".to_string(), "forbidden".to_string()),
+                ("unknown".to_string(), "not_found".to_string())
+            ],
+            "the answers of a local resume"
+        );
+        assert_eq!(set.len(), 0, "a refusal ends the request");
+
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("permit");
+        let running = one
+            .open(Box::pin(stream::pending()), "req_running".into(), permit)
+            .expect("room");
+        let _reader = running.attach(0);
+        set.insert_remote("c".into(), shared, running.id.clone(), running.token().into(), 0);
+        assert_eq!(set.cancel("c"), Cancel::Pending, "the owner is told through Redis");
+        let (id, _, item) = set.next().await;
+        assert_eq!(
+            (id.as_str(), item),
+            ("c", Item::Reply(Box::new(ServerMessage::Cancelled { id: "c".into() }))),
+            "confirmed once the cancel is flagged"
+        );
+        assert_eq!(set.len(), 0);
+        for _ in 0..100 {
+            if running.replay.finished() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the owner never stopped the stream");
+    }
 }
