@@ -236,7 +236,7 @@ fn remote_reads(id: String, remote: Remote, after: u64) -> BoxStream<'static, Ne
                 return;
             }
         }
-        let accepted = ServerMessage::Accepted { id, stream: stream.clone(), token };
+        let accepted = ServerMessage::Accepted { id: id.clone(), stream: stream.clone(), token };
         yield Next::Opened { request_id: record.request_id, accepted };
         if resume == Resume::Finished {
             // The client already has the terminal event: nothing follows `accepted`.
@@ -245,7 +245,17 @@ fn remote_reads(id: String, remote: Remote, after: u64) -> BoxStream<'static, Ne
         let mut reader = shared.reader(&stream, after);
         loop {
             let read = reader.next().await;
-            let more = matches!(&read, Read::Event(_, event) if !event.terminal);
+            let more = match &read {
+                Read::Event(_, event) => !event.terminal,
+                Read::Gap { .. } => false,
+                // Before the terminal event: Redis stopped answering, or the record went away
+                // with its owner. An SSE reader's response ends and it reconnects; a socket's
+                // request must say so, or the client would wait on it forever.
+                Read::End => {
+                    yield Next::Last(stopped_reading(id));
+                    return;
+                }
+            };
             yield Next::Read(read);
             if !more {
                 return;
@@ -269,6 +279,15 @@ pub fn refusal(id: Option<String>, refused: Refused) -> ServerMessage {
 pub fn ahead(id: Option<String>, after: u64, last: u64) -> ServerMessage {
     let reply = ErrorReply::bad_request(format!("after {after} is beyond this stream's newest event ({last})"));
     ServerMessage::from_reply(id, &reply)
+}
+
+/// The end of a remote read before the stream's terminal event: resume again to go on.
+fn stopped_reading(id: String) -> ServerMessage {
+    let reply = ErrorReply {
+        message: "reading this stream from shared state stopped (Redis did not answer, or its owner went away); resume after the last seq received".into(),
+        ..remote::unreachable()
+    };
+    ServerMessage::from_reply(Some(id), &reply)
 }
 
 /// A refusal, or `unavailable` (retry shortly) when Redis did not answer.
@@ -485,5 +504,39 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("the owner never stopped the stream");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_remote_read_that_loses_redis_ends_with_an_unavailable_error() {
+        let mut redis = crate::shared::testkit::RedisServer::start();
+        let (one, two) = two_instances(&redis);
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("permit");
+        let events = stream::iter(vec![StreamEvent::Start(Envelope::default())]).chain(stream::pending());
+        let running = one.open(Box::pin(events), "req_r".into(), permit).expect("room");
+        let _reader = running.attach(0);
+        let shared = Arc::clone(two.remote().expect("shared"));
+        let mut set = RequestStreams::default();
+        set.insert_remote("r".into(), shared, running.id.clone(), running.token().into(), 0);
+        let (_, _, item) = set.next().await;
+        assert!(matches!(&item, Item::Reply(m) if m.name() == "accepted"), "{item:?}");
+        let (_, _, item) = set.next().await;
+        assert!(matches!(item, Item::Event(1, _)), "{item:?}");
+        redis.kill();
+        let (id, _, item) = set.next().await;
+        let Item::Reply(m) = item else {
+            panic!("an error, not {item:?}")
+        };
+        let v: serde_json::Value = serde_json::from_str(&m.to_json()).expect("JSON");
+        assert_eq!(
+            (id.as_str(), &v["type"], &v["class"], &v["retry_after_ms"]),
+            (
+                "r",
+                &serde_json::json!("error"),
+                &serde_json::json!("unavailable"),
+                &serde_json::json!(1000)
+            ),
+            "the request ends saying so, rather than going quiet: {v}"
+        );
+        assert_eq!(set.len(), 0);
     }
 }
