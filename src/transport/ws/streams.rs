@@ -522,7 +522,10 @@ mod tests {
         let (_, _, item) = set.next().await;
         assert!(matches!(item, Item::Event(1, _)), "{item:?}");
         redis.kill();
-        let (id, _, item) = set.next().await;
+        // Bounded: three failed read rounds end the reader.
+        let (id, _, item) = tokio::time::timeout(Duration::from_secs(30), set.next())
+            .await
+            .expect("the request ends, rather than going quiet");
         let Item::Reply(m) = item else {
             panic!("an error, not {item:?}")
         };
