@@ -834,3 +834,54 @@ async fn measure_replay_overhead_and_cross_instance_resume() {
         percentile(&owner, 0.99)
     );
 }
+
+/// Measurement, not a check: `cargo test --test two_instances measure_ws -- --ignored
+/// --nocapture`. WebSocket `resume` latency, from sending `resume` to the first replayed
+/// message (seq 3, already written), on the instance that does not hold the stream (a Redis
+/// lookup, then a read from Redis) beside the owner. Debug build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; run with --ignored --nocapture"]
+async fn measure_ws_resume_across_instances() {
+    let redis = RedisServer::start();
+    let one = Instance::start(&redis.url(), "one").await;
+    let two = Instance::start(&redis.url(), "two").await;
+    wait_until(&one, "/readyz", "redis reachable", |t| t == "ready").await;
+    let (mut on_one, mut on_two) = (ws_connect(&one).await, ws_connect(&two).await);
+    let (mut cross, mut owner) = (Vec::new(), Vec::new());
+    for i in 0..100 {
+        let (id, url, token) = one.open_stream("slow").await;
+        let mut head = Reader::get(&one, &url, None).await;
+        head.next().await.expect("event 1");
+        head.next().await.expect("event 2");
+        drop(head);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let ws = if i % 2 == 0 { &mut on_two } else { &mut on_one };
+        let rid = format!("m{i}");
+        let start = tokio::time::Instant::now();
+        ws_send(ws, ws_resume(&rid, &id, &token, 2)).await;
+        loop {
+            let m = ws_next(ws).await;
+            if m["id"] == rid.as_str() && m["seq"].is_u64() {
+                assert_eq!(m["seq"], 3, "{m}");
+                break;
+            }
+        }
+        let took = start.elapsed().as_secs_f64() * 1000.0;
+        if i % 2 == 0 {
+            cross.push(took);
+        } else {
+            owner.push(took);
+        }
+        ws_send(ws, json!({"type": "cancel", "id": rid})).await;
+    }
+    cross.sort_by(|a, b| a.total_cmp(b));
+    owner.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "ws resume -> first replayed message ({} each): on the other instance p50 {:.2} ms p99 {:.2} ms; on the owner p50 {:.2} ms p99 {:.2} ms",
+        cross.len(),
+        percentile(&cross, 0.5),
+        percentile(&cross, 0.99),
+        percentile(&owner, 0.5),
+        percentile(&owner, 0.99)
+    );
+}
