@@ -9,7 +9,7 @@
 //! The WebSocket registers its requests here too, so any stream can be read over either.
 
 mod http;
-mod remote;
+pub mod remote;
 mod run;
 
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -3,7 +3,9 @@
 //!
 //! Each request is registered in the stream registry, whose task drives the answer; the
 //! session only holds a reader per request, so a request outlives its socket (it is
-//! detached, and can be resumed on another socket) and a `cancel` stops it at once.
+//! detached, and can be resumed on another socket) and a `cancel` stops it at once. A
+//! `resume` of a stream another instance runs (`[state] redis_url`) is looked up and read
+//! in Redis as one more of the socket's requests (see `streams`), never awaited here.
 //!
 //! Backpressure instead of buffering: the loop takes one slot of the outgoing queue before
 //! it handles anything (a frame, an event, a ping), and every step sends at most one
@@ -28,13 +30,13 @@ use tokio::time::{interval_at, timeout, Instant, MissedTickBehavior};
 use super::history::Histories;
 use super::protocol::{self, ClientMessage};
 use super::render::sequenced;
-use super::streams::{Item, RequestStreams};
+use super::streams::{ahead, refusal, Cancel, Item, RequestStreams};
 use crate::gateway::GatewayError;
 use crate::transport::error::ErrorReply;
-use crate::transport::native::{ChatOptions, ServerMessage, StreamCode};
+use crate::transport::native::{ChatOptions, ServerMessage};
 use crate::transport::openai::decode_value;
 use crate::transport::replay::Resume;
-use crate::transport::streams::{gap_error, Refused, Registry, Stop, Stream as Registered};
+use crate::transport::streams::{gap_error, Refused, Registry, Stream as Registered};
 use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx};
 
 /// Concurrent requests one socket may have open.
@@ -185,20 +187,19 @@ where
                 options,
                 session,
             }) => self.start(id, request, options, session, slot),
-            Ok(ClientMessage::Cancel { id }) => match self.streams.remove(&id) {
-                Some(stream) => {
-                    stream.stop(Stop::Cancelled);
-                    send(slot, &ServerMessage::Cancelled { id })
-                }
+            Ok(ClientMessage::Cancel { id }) => match self.streams.cancel(&id) {
+                Cancel::Stopped => send(slot, &ServerMessage::Cancelled { id }),
+                // A stream run elsewhere: the answer comes once its owner is told.
+                Cancel::Pending => Step::Continue,
                 // Cancelling an id that already finished is not an error: the two crossed.
-                None => Step::Continue,
+                Cancel::Unknown => Step::Continue,
             },
             Ok(ClientMessage::Resume {
                 id,
                 stream,
                 token,
                 after,
-            }) => self.resume(id, &stream, &token, after, slot),
+            }) => self.resume(id, stream, token, after, slot),
             Err(e) => send_error(slot, e.id, ErrorReply::bad_request(e.message)),
         }
     }
@@ -282,29 +283,26 @@ where
         }
     }
 
-    fn resume(&mut self, id: String, stream: &str, token: &str, after: u64, slot: Slot) -> Step {
+    /// Resumes a stream held here at once; one another instance runs (`[state] redis_url`)
+    /// is looked up in Redis as a request of its own, answered when the lookup is, so the
+    /// loop goes on serving meanwhile.
+    fn resume(&mut self, id: String, stream_id: String, token: String, after: u64, slot: Slot) -> Step {
         if let Some(reply) = self.refuse_open(&id) {
             return send_error(slot, Some(id), reply);
         }
-        let stream = match self.registry.find(stream, Some(token)) {
-            Ok(stream) => stream,
-            Err(refused) => {
-                let (code, message) = match refused {
-                    Refused::NotFound => (StreamCode::NotFound, "no such stream"),
-                    Refused::Gone => (StreamCode::Gone, "this stream ended and expired"),
-                    Refused::Forbidden => (StreamCode::Forbidden, "the stream's token is wrong"),
-                };
-                return send(slot, &ServerMessage::stream_error(Some(id), code, message));
+        let stream = match (self.registry.find(&stream_id, Some(&token)), self.registry.remote()) {
+            (Ok(stream), _) => stream,
+            (Err(Refused::NotFound), Some(shared)) => {
+                self.streams
+                    .insert_remote(id, Arc::clone(shared), stream_id, token, after);
+                return Step::Continue;
             }
+            (Err(refused), _) => return send(slot, &refusal(Some(id), refused)),
         };
         match stream.replay.check_resume(after) {
             Resume::Ok | Resume::Finished => self.attach(id, &stream, after, slot),
             Resume::Gap { first } => send(slot, &gap_error(Some(id), first)),
-            Resume::Ahead { last } => send_error(
-                slot,
-                Some(id),
-                ErrorReply::bad_request(format!("after {after} is beyond this stream's newest event ({last})")),
-            ),
+            Resume::Ahead { last } => send(slot, &ahead(Some(id), after, last)),
         }
     }
 
@@ -326,6 +324,7 @@ where
                 Step::Continue
             }
             Item::Gap { first } => send(slot, &gap_error(Some(id.to_string()), first)),
+            Item::Reply(message) => send(slot, &message),
         }
     }
 
