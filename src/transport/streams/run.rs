@@ -25,6 +25,9 @@ pub(super) async fn run(
     let config = registry.config().clone();
     let mut readers = stream.readers.subscribe();
     let mut stop = stream.stop.subscribe();
+    // A stop sent before this task first ran is already the current value, which
+    // `subscribe` marks seen: look at it once before waiting for changes.
+    stop.mark_changed();
     let mut detached_since = (*readers.borrow_and_update() == 0).then(Instant::now);
     let request_id = stream.request_id.clone();
     loop {

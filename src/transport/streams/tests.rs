@@ -233,3 +233,19 @@ async fn a_reader_on_another_instance_counts_as_attached_once_and_a_remote_cance
     assert_eq!(last, Some(json!("cancelled")));
     assert_eq!(owner.finished_at(), Some(events.len() as u64), "the terminal seq");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_sent_before_the_stream_first_runs_still_stops_it() {
+    let registry = Arc::new(Registry::new(config()));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let stream = registry
+        .open(endless(dropped.clone()), "req_1".into(), ())
+        .expect("room");
+    // The task is spawned but has not run yet: the stop must not be missed.
+    stream.stop(Stop::Cancelled);
+    settle().await;
+    assert!(dropped.load(Ordering::SeqCst), "the upstream is closed at once");
+    let events = read_to_end(&stream, 0).await;
+    let last = events.last().map(|(_, m)| m["code"].clone());
+    assert_eq!(last, Some(json!("cancelled")), "ends with code cancelled");
+}
