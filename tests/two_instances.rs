@@ -6,15 +6,16 @@
 //! Real processes and real time: every wait is bounded and generous, and nothing asserts
 //! how fast anything is.
 
+#[path = "support/instance.rs"]
+mod instance;
 #[path = "support/redis.rs"]
 mod redis_server;
 
-use std::io::Write as _;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use redis_server::{free_port, RedisServer};
+use instance::{client, Instance};
+use redis_server::RedisServer;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -106,52 +107,13 @@ max_bytes = 1048576
     )
 }
 
-/// One `tailcut serve` child process on a free loopback port. Killed when dropped.
-struct Instance {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
 impl Instance {
     async fn start(redis_url: &str, name: &str) -> Instance {
         Instance::start_with(Some(redis_url), name).await
     }
 
     async fn start_with(redis_url: Option<&str>, name: &str) -> Instance {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("tailcut.toml");
-        let mut file = std::fs::File::create(&path).expect("config file");
-        file.write_all(config(redis_url, name).as_bytes())
-            .expect("write config");
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_tailcut"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .arg(&path)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tailcut");
-        let instance = Instance {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            _dir: dir,
-        };
-        for _ in 0..300 {
-            if let Ok(resp) = client().get(instance.url("/healthz")).send().await {
-                if resp.status() == 200 {
-                    return instance;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("tailcut instance {name} did not answer /healthz within 30 s");
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+        Instance::spawn(&config(redis_url, name), name, &[], "/healthz", None).await
     }
 
     async fn get_text(&self, path: &str) -> String {
@@ -190,23 +152,6 @@ impl Instance {
             .unwrap_or_default();
         (status, text)
     }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn client() -> reqwest::Client {
-    // Plain HTTP only, but reqwest wants a TLS provider chosen before building a client.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .build()
-        .expect("client")
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -718,7 +663,7 @@ async fn burst_round(instance: &Instance, streams: usize) -> usize {
     let mut tasks = Vec::new();
     for _ in 0..streams {
         let (_, url, _) = instance.open_stream("burst").await;
-        let base = instance.base.clone();
+        let base = instance.url("");
         tasks.push(tokio::spawn(async move {
             let resp = client().get(format!("{base}{url}")).send().await.expect("request sent");
             let body = resp.text().await.unwrap_or_default();
@@ -760,7 +705,7 @@ async fn measure_replay_overhead_and_cross_instance_resume() {
     for _ in 0..rounds {
         for shared in [false, true] {
             let instance = if shared { &one } else { &local };
-            let pid = instance.child.id();
+            let pid = instance.pid();
             let (cpu0, r0) = (cpu_ms(pid), cpu_ms(redis_pid));
             let events = burst_round(instance, streams).await;
             // Let the writer drain its queue before reading the counters.

@@ -5,14 +5,15 @@
 //! Real processes and real time: every wait is bounded and generous, and nothing asserts how
 //! fast anything is. A missing `redis-server` fails the test, saying how to install it.
 
+#[path = "support/instance.rs"]
+mod instance;
 #[path = "support/redis.rs"]
 mod redis_server;
 
-use std::io::Write as _;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use redis_server::{free_port, RedisServer};
+use instance::{client, Instance};
+use redis_server::RedisServer;
 use serde_json::{json, Value};
 use sha2::Digest as _;
 
@@ -91,51 +92,12 @@ hint_poll_ms = 100
     )
 }
 
-/// One `tailcut serve` child process on a free loopback port. Killed when dropped.
-struct Instance {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
 impl Instance {
-    /// Starts an instance on `redis` and waits until it serves and sees Redis.
+    /// Starts an instance on `redis` and waits until it serves and sees Redis (`/readyz`
+    /// answers "ready" alone only when Redis answered its ping).
     async fn start(redis: &RedisServer, name: &str) -> Instance {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("tailcut.toml");
-        let mut file = std::fs::File::create(&path).expect("config file");
-        file.write_all(config(&redis.url(), name).as_bytes())
-            .expect("write config");
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_tailcut"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .arg(&path)
-            .env("RUST_LOG", "warn")
-            .env(ADMIN_ENV, ADMIN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tailcut");
-        let instance = Instance {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            _dir: dir,
-        };
-        for _ in 0..300 {
-            if let Ok(resp) = client().get(instance.url("/readyz")).send().await {
-                // "ready" alone: up, and Redis answered its ping.
-                if resp.status() == 200 && resp.text().await.unwrap_or_default() == "ready" {
-                    return instance;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("tailcut instance {name} was not ready with Redis within 30 s");
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+        let config = config(&redis.url(), name);
+        Instance::spawn(&config, name, &[(ADMIN_ENV, ADMIN)], "/readyz", Some("ready")).await
     }
 
     /// A non-streaming chat with `key`: (status, Retry-After, body).
@@ -182,19 +144,6 @@ impl Instance {
             .expect("request sent");
         resp.text().await.unwrap_or_default()
     }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn client() -> reqwest::Client {
-    // Plain HTTP only, but reqwest wants a TLS provider chosen before building a client.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder().no_proxy().build().expect("client")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
