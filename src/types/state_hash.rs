@@ -143,6 +143,134 @@ mod tests {
         ]
     }
 
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            index: 0,
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    fn with_calls(text: &str, calls: Vec<ToolCall>) -> Message {
+        let mut m = Message::text(Role::Assistant, text);
+        m.tool_calls = calls;
+        m
+    }
+
+    fn result(id: Option<&str>, text: &str) -> Message {
+        let mut m = Message::text(Role::Tool, text);
+        m.tool_call_id = id.map(String::from);
+        m
+    }
+
+    fn parts(role: Role, content: Vec<ContentPart>) -> Message {
+        let mut m = Message::text(role, "");
+        m.content = content;
+        m
+    }
+
+    fn text(t: &str) -> ContentPart {
+        ContentPart::Text(t.into())
+    }
+
+    fn image(url: &str) -> ContentPart {
+        ContentPart::ImageUrl { url: url.into() }
+    }
+
+    /// Varied histories: every member of the canonical form, empty and present, merged and
+    /// not, and text that JSON must escape.
+    fn cases() -> Vec<(&'static str, Vec<Message>)> {
+        let mut odd_user = Message::text(Role::User, "tagged");
+        odd_user.tool_call_id = Some("not-a-result".into());
+        vec![
+            ("empty", vec![]),
+            (
+                "only systems",
+                vec![Message::text(Role::System, "A"), Message::text(Role::System, "")],
+            ),
+            ("one user", vec![Message::text(Role::User, "hi")]),
+            ("tool round trip", history()),
+            (
+                "multi-part and merged",
+                vec![
+                    parts(Role::User, vec![text("Look "), image("https://x/a.png"), text("here")]),
+                    parts(Role::User, vec![image("data:image/png;base64,AAAA"), text("")]),
+                    Message::text(Role::Assistant, "A cat."),
+                    Message::text(Role::Assistant, " Two."),
+                ],
+            ),
+            (
+                "unicode and escapes",
+                vec![
+                    Message::text(Role::System, "Réponds en français 🇫🇷\n"),
+                    Message::text(
+                        Role::User,
+                        "\"quoted\" \\ back\u{0}\u{1f}\t\r\n\u{7f}\u{2028}é\u{301}日本語 😀",
+                    ),
+                ],
+            ),
+            (
+                "arguments of every JSON shape",
+                vec![
+                    Message::text(Role::User, "go"),
+                    with_calls(
+                        "",
+                        vec![
+                            call(
+                                "c1",
+                                "f",
+                                r#"{"b": [1, 1.0, 1e3, -0, 18446744073709551616, -9223372036854775809], "a": {"z": null, "y": true}}"#,
+                            ),
+                            call("c2", "g", "not json {"),
+                            call("c3", "h", ""),
+                            call("c4", "i", r#"{"k": 1, "k": 2, "\u00e9": "\ud83d\ude00"}"#),
+                            call("c5", "j", "  [ ]  "),
+                            call("c6", "k", "\"a string\""),
+                            call("c7", "l", "3.14159265358979323846"),
+                        ],
+                    ),
+                    result(Some("c1"), "one"),
+                    result(Some("c2"), "two"),
+                    result(None, ""),
+                ],
+            ),
+            (
+                "empty turns and odd members",
+                vec![
+                    parts(Role::Assistant, vec![]),
+                    odd_user,
+                    Message::text(Role::System, "late system"),
+                    Message::text(Role::User, " merged across it"),
+                    with_calls("calling", vec![call("a", "one", "{}")]),
+                    with_calls("", vec![call("b", "two", "[1,2]")]),
+                ],
+            ),
+        ]
+    }
+
+    /// Today's hashes of `cases()`, pinned: clients may compute the hash themselves
+    /// (docs/routing.md), so any change of output is a breaking change.
+    const PINNED: &[(&str, &str)] = &[
+        ("empty", "90b52605c5223482c2697767beb2398a"),
+        ("only systems", "d405a1dc236e45be7e9e53f0bc87f056"),
+        ("one user", "ca1afa4945b0c1fb948b5f20138b996a"),
+        ("tool round trip", "e6e3717bfb366372efa73b5d991204db"),
+        ("multi-part and merged", "cb4e684518e4ab84e0806a4b21a24946"),
+        ("unicode and escapes", "18880b15d07534a172fc40494e4575cf"),
+        ("arguments of every JSON shape", "f6b0847491b6e212938434881b1dced6"),
+        ("empty turns and odd members", "916dab5cb60c625d037058c1dd48dd34"),
+    ];
+
+    #[test]
+    fn the_hashes_of_varied_histories_are_pinned() {
+        assert_eq!(cases().len(), PINNED.len());
+        for ((name, messages), (pinned_name, pinned)) in cases().into_iter().zip(PINNED) {
+            assert_eq!(name, *pinned_name);
+            assert_eq!(state_hash(&req(messages)), *pinned, "{name}");
+        }
+    }
+
     #[test]
     fn the_same_history_has_the_same_hash_and_a_different_one_does_not() {
         let a = state_hash(&req(history()));
