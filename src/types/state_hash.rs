@@ -21,94 +21,202 @@
 //! message `name` field (not every wire carries it) and anything the gateway adds for an
 //! attempt (a continuation's prefill is not history: the client's history is hashed).
 
-use serde_json::{json, Map, Value};
+use std::fmt;
+
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{ChatRequest, ContentPart, Message, Role};
+use super::{ChatRequest, ContentPart, Message, Role, ToolCall};
 
 /// Bytes of the SHA-256 digest kept in the state hash.
 const HASH_BYTES: usize = 16;
 
-/// The state hash of `req`'s history (see the module doc).
+/// The state hash of `req`'s history (see the module doc). The canonical JSON is written
+/// straight into the digest: no `Value` of the history, no buffer of its bytes.
 pub fn state_hash(req: &ChatRequest) -> String {
-    let canonical = canonical_history(&req.messages);
-    // Serializing a `Value` cannot fail; its maps are sorted (no `preserve_order`).
-    let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
-    let digest = Sha256::digest(&bytes);
-    hex::encode(&digest[..HASH_BYTES])
+    let mut digest = Sha256::new();
+    // Writing into a digest cannot fail, nor can serializing strings, sequences and maps
+    // with string keys.
+    let _ = serde_json::to_writer(&mut digest, &Canonical(&req.messages));
+    hex::encode(&digest.finalize()[..HASH_BYTES])
 }
 
-/// The canonical form of a history, as hashed.
+/// The canonical form of a history as a JSON value: what [`state_hash`] hashes, for a
+/// reader who wants to see it (the hash itself never builds it).
 pub fn canonical_history(messages: &[Message]) -> Value {
-    let system: Vec<String> = messages
-        .iter()
-        .filter(|m| m.role == Role::System)
-        .map(Message::joined_text)
-        .collect();
-    let mut turns: Vec<Turn> = Vec::new();
-    for m in messages.iter().filter(|m| m.role != Role::System) {
-        let merge = m.role != Role::Tool && turns.last().is_some_and(|t| t.role == m.role);
-        if !merge {
-            turns.push(Turn {
-                role: m.role,
-                text: String::new(),
-                images: Vec::new(),
-                tool_calls: Vec::new(),
-                tool_call_id: m.tool_call_id.clone(),
-            });
-        }
-        let Some(turn) = turns.last_mut() else { continue };
-        for part in &m.content {
-            match part {
-                ContentPart::Text(t) => turn.text.push_str(t),
-                ContentPart::ImageUrl { url } => turn.images.push(Value::String(url.clone())),
+    serde_json::to_value(Canonical(messages)).unwrap_or(Value::Null)
+}
+
+/// `{"v":1,"system":S,"turns":[...]}`. Every map below writes its keys in sorted order, as
+/// serialising a `Value` (sorted maps) did, so the bytes match the documented form.
+struct Canonical<'a>(&'a [Message]);
+
+impl Serialize for Canonical<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(3))?;
+        map.serialize_entry("system", &Streamed(SystemText(self.0)))?;
+        map.serialize_entry("turns", &Turns(self.0))?;
+        map.serialize_entry("v", &1u8)?;
+        map.end()
+    }
+}
+
+/// A string written in pieces (`collect_str`: serde_json escapes each piece as it comes,
+/// which is the same as escaping the joined string, character by character).
+struct Streamed<T>(T);
+
+impl<T: fmt::Display> Serialize for Streamed<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+/// Every system message's text, in order, joined with `"\n\n"`.
+struct SystemText<'a>(&'a [Message]);
+
+impl fmt::Display for SystemText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, m) in self.0.iter().filter(|m| m.role == Role::System).enumerate() {
+            if i > 0 {
+                f.write_str("\n\n")?;
             }
+            write_texts(f, &m.content)?;
         }
-        for call in &m.tool_calls {
-            let arguments = serde_json::from_str::<Value>(&call.arguments)
-                .unwrap_or_else(|_| Value::String(call.arguments.clone()));
-            turn.tool_calls
-                .push(json!({"id": call.id, "name": call.name, "arguments": arguments}));
+        Ok(())
+    }
+}
+
+/// The text parts among `parts`, concatenated.
+fn write_texts<'a>(f: &mut fmt::Formatter<'_>, parts: impl IntoIterator<Item = &'a ContentPart>) -> fmt::Result {
+    for part in parts {
+        if let ContentPart::Text(t) = part {
+            f.write_str(t)?;
         }
     }
-    json!({
-        "v": 1,
-        "system": system.join("\n\n"),
-        "turns": turns.into_iter().map(Turn::into_value).collect::<Vec<_>>(),
-    })
+    Ok(())
 }
 
-struct Turn {
-    role: Role,
-    text: String,
-    images: Vec<Value>,
-    tool_calls: Vec<Value>,
-    tool_call_id: Option<String>,
+/// The turns of a history (system messages left out).
+struct Turns<'a>(&'a [Message]);
+
+impl Serialize for Turns<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        let mut rest = self.0;
+        while let Some((turn, after)) = next_turn(rest) {
+            seq.serialize_element(&turn)?;
+            rest = after;
+        }
+        seq.end()
+    }
 }
 
-impl Turn {
-    fn into_value(self) -> Value {
-        let role = match self.role {
+/// The first turn of `messages` and what follows it. A turn is the run from its first
+/// non-system message up to its last member: consecutive user (or assistant) messages,
+/// system messages between them skipped; a tool result is a turn alone.
+fn next_turn(messages: &[Message]) -> Option<(Turn<'_>, &[Message])> {
+    let start = messages.iter().position(|m| m.role != Role::System)?;
+    let role = messages[start].role;
+    let mut end = start + 1;
+    if role != Role::Tool {
+        for (i, m) in messages.iter().enumerate().skip(end) {
+            if m.role == role {
+                end = i + 1;
+            } else if m.role != Role::System {
+                break;
+            }
+        }
+    }
+    Some((Turn(&messages[start..end]), &messages[end..]))
+}
+
+/// One turn: its first message opens it (role, `tool_call_id`); system messages in the
+/// slice are not members.
+struct Turn<'a>(&'a [Message]);
+
+impl<'a> Turn<'a> {
+    fn members(&self) -> impl Iterator<Item = &'a Message> {
+        self.0.iter().filter(|m| m.role != Role::System)
+    }
+
+    fn parts(&self) -> impl Iterator<Item = &'a ContentPart> {
+        self.members().flat_map(|m| &m.content)
+    }
+}
+
+impl Serialize for Turn<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Some(first) = self.0.first() else {
+            return s.serialize_map(Some(0))?.end();
+        };
+        let role = match first.role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
             Role::Tool => "tool",
         };
-        let mut out = Map::new();
-        out.insert("role".into(), Value::String(role.into()));
-        if !self.text.is_empty() {
-            out.insert("text".into(), Value::String(self.text));
+        let mut map = s.serialize_map(None)?;
+        if self.parts().any(|p| matches!(p, ContentPart::ImageUrl { .. })) {
+            map.serialize_entry("images", &Images(self))?;
         }
-        if !self.images.is_empty() {
-            out.insert("images".into(), Value::Array(self.images));
+        map.serialize_entry("role", role)?;
+        if self.parts().any(|p| matches!(p, ContentPart::Text(t) if !t.is_empty())) {
+            map.serialize_entry("text", &Streamed(TurnText(self)))?;
         }
-        if !self.tool_calls.is_empty() {
-            out.insert("tool_calls".into(), Value::Array(self.tool_calls));
+        if let Some(id) = &first.tool_call_id {
+            map.serialize_entry("tool_call_id", id)?;
         }
-        if let Some(id) = self.tool_call_id {
-            out.insert("tool_call_id".into(), Value::String(id));
+        if self.members().any(|m| !m.tool_calls.is_empty()) {
+            map.serialize_entry("tool_calls", &Calls(self))?;
         }
-        Value::Object(out)
+        map.end()
+    }
+}
+
+struct TurnText<'t, 'a>(&'t Turn<'a>);
+
+impl fmt::Display for TurnText<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_texts(f, self.0.parts())
+    }
+}
+
+struct Images<'t, 'a>(&'t Turn<'a>);
+
+impl Serialize for Images<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.parts().filter_map(|p| match p {
+            ContentPart::ImageUrl { url } => Some(url),
+            ContentPart::Text(_) => None,
+        }))
+    }
+}
+
+struct Calls<'t, 'a>(&'t Turn<'a>);
+
+impl Serialize for Calls<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.members().flat_map(|m| &m.tool_calls).map(Call))
+    }
+}
+
+/// `{"arguments","id","name"}`; `arguments` parsed and re-serialized (sorted keys, no
+/// whitespace) when it is JSON, else the text as it is.
+struct Call<'a>(&'a ToolCall);
+
+impl Serialize for Call<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(3))?;
+        // The arguments' own `Value`: sorting an object's keys needs it whole, and parsing
+        // them as today keeps every number's and escape's output the same.
+        match serde_json::from_str::<Value>(&self.0.arguments) {
+            Ok(parsed) => map.serialize_entry("arguments", &parsed)?,
+            Err(_) => map.serialize_entry("arguments", &self.0.arguments)?,
+        }
+        map.serialize_entry("id", &self.0.id)?;
+        map.serialize_entry("name", &self.0.name)?;
+        map.end()
     }
 }
 
