@@ -44,7 +44,10 @@ fn long_chat() -> Vec<Message> {
 
 fn hashing(c: &mut Criterion) {
     let cases = [
-        ("one_message", req(vec![Message::text(Role::User, "Tell me something.")])),
+        (
+            "one_message",
+            req(vec![Message::text(Role::User, "Tell me something.")]),
+        ),
         ("tool_round_trip", req(tool_round_trip())),
         ("long_chat", req(long_chat())),
     ];

@@ -95,8 +95,7 @@ pub fn answered(model: &str, route: &str, outcome: &str, cost_micros: u64) {
     if cost_micros > 0 {
         metrics::counter!(ANSWER_COST_TOTAL, "route" => route.to_string(), "outcome" => outcome.clone())
             .increment(cost_micros);
-        metrics::counter!(MODEL_COST_TOTAL, "model" => model.to_string(), "outcome" => outcome)
-            .increment(cost_micros);
+        metrics::counter!(MODEL_COST_TOTAL, "model" => model.to_string(), "outcome" => outcome).increment(cost_micros);
     }
 }
 
