@@ -1,10 +1,73 @@
 //! Micro-benchmark of the state hash (`types::state_hash`), run once per request: the bench
-//! tool's one-message request, a tool round trip with a system prompt, and a 40-message chat.
+//! tool's one-message request, a tool round trip with a system prompt, and a 40-message chat;
+//! `value/*` runs the form it replaced (a `serde_json::Value` of the history, serialized to a
+//! `Vec`, then hashed) on the same inputs, for comparison (and checks the hashes agree).
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tailcut::types::{state_hash, ChatRequest, Message, Role, ToolCall};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use tailcut::types::{state_hash, ChatRequest, ContentPart, Message, Role, ToolCall};
+
+/// The state hash as it was computed before: a `Value` of the canonical form, serialized.
+fn value_state_hash(req: &ChatRequest) -> String {
+    let system: Vec<String> = req
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::System)
+        .map(Message::joined_text)
+        .collect();
+    let mut turns: Vec<(Role, Map<String, Value>, String, Vec<Value>, Vec<Value>)> = Vec::new();
+    for m in req.messages.iter().filter(|m| m.role != Role::System) {
+        let merge = m.role != Role::Tool && turns.last().is_some_and(|t| t.0 == m.role);
+        if !merge {
+            let mut head = Map::new();
+            if let Some(id) = &m.tool_call_id {
+                head.insert("tool_call_id".into(), json!(id));
+            }
+            turns.push((m.role, head, String::new(), Vec::new(), Vec::new()));
+        }
+        let Some(turn) = turns.last_mut() else { continue };
+        for part in &m.content {
+            match part {
+                ContentPart::Text(t) => turn.2.push_str(t),
+                ContentPart::ImageUrl { url } => turn.3.push(json!(url)),
+            }
+        }
+        for call in &m.tool_calls {
+            let arguments = serde_json::from_str::<Value>(&call.arguments)
+                .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+            turn.4
+                .push(json!({"id": call.id, "name": call.name, "arguments": arguments}));
+        }
+    }
+    let turns: Vec<Value> = turns
+        .into_iter()
+        .map(|(role, mut out, text, images, calls)| {
+            let role = match role {
+                Role::System => "system",
+                Role::User => "user",
+                Role::Assistant => "assistant",
+                Role::Tool => "tool",
+            };
+            out.insert("role".into(), json!(role));
+            if !text.is_empty() {
+                out.insert("text".into(), json!(text));
+            }
+            if !images.is_empty() {
+                out.insert("images".into(), Value::Array(images));
+            }
+            if !calls.is_empty() {
+                out.insert("tool_calls".into(), Value::Array(calls));
+            }
+            Value::Object(out)
+        })
+        .collect();
+    let canonical = json!({"v": 1, "system": system.join("\n\n"), "turns": turns});
+    let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+    hex::encode(&Sha256::digest(&bytes)[..16])
+}
 
 fn req(messages: Vec<Message>) -> ChatRequest {
     ChatRequest {
@@ -53,7 +116,11 @@ fn hashing(c: &mut Criterion) {
     ];
     let mut group = c.benchmark_group("state_hash");
     for (name, request) in &cases {
+        assert_eq!(state_hash(request), value_state_hash(request), "{name}");
         group.bench_function(*name, |b| b.iter(|| state_hash(black_box(request))));
+        group.bench_function(format!("value/{name}"), |b| {
+            b.iter(|| value_state_hash(black_box(request)))
+        });
     }
     group.finish();
 }
