@@ -10,6 +10,9 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tailcut::types::{state_hash, ChatRequest, ContentPart, Message, Role, ToolCall};
 
+/// A turn being built: role, its map so far, text, images, tool calls.
+type OldTurn = (Role, Map<String, Value>, String, Vec<Value>, Vec<Value>);
+
 /// The state hash as it was computed before: a `Value` of the canonical form, serialized.
 fn value_state_hash(req: &ChatRequest) -> String {
     let system: Vec<String> = req
@@ -18,7 +21,7 @@ fn value_state_hash(req: &ChatRequest) -> String {
         .filter(|m| m.role == Role::System)
         .map(Message::joined_text)
         .collect();
-    let mut turns: Vec<(Role, Map<String, Value>, String, Vec<Value>, Vec<Value>)> = Vec::new();
+    let mut turns: Vec<OldTurn> = Vec::new();
     for m in req.messages.iter().filter(|m| m.role != Role::System) {
         let merge = m.role != Role::Tool && turns.last().is_some_and(|t| t.0 == m.role);
         if !merge {
