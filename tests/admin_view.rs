@@ -263,3 +263,98 @@ async fn the_dashboard_reads_every_rotation_figure_the_view_carries() {
     }
     server.shutdown().await;
 }
+
+/// Two models over their own routes (names no other test uses: the recorder is global):
+/// `costa` on a down route then a cheap one, `costb` on a route three times as dear.
+const COST_FLEET: &str = r#"[server]
+listen = "127.0.0.1:0"
+sse_keepalive_ms = 600000
+[sim]
+listen = "127.0.0.1:0"
+[sim.scenarios.quick]
+text = "Hello."
+ttft = { median_ms = 5.0, sigma = 0.5 }
+inter_token_ms = 1.0
+[sim.scenarios.down]
+failure = { status = 503 }
+[[routes]]
+name = "cv-down"
+provider = "simulated"
+wire = "openai"
+scenario = "down"
+model = "cost-model"
+region = "eu"
+cost_per_1k = 5.0
+[[routes]]
+name = "cv-cheap"
+provider = "simulated"
+wire = "openai"
+scenario = "quick"
+model = "cost-model"
+region = "eu"
+cost_per_1k = 1.0
+[[routes]]
+name = "cv-dear"
+provider = "simulated"
+wire = "openai"
+scenario = "quick"
+model = "cost-model"
+region = "eu"
+cost_per_1k = 3.0
+[models.costa]
+routes = ["cv-down", "cv-cheap"]
+[models.costb]
+routes = ["cv-dear"]
+"#;
+
+#[tokio::test]
+async fn admin_rotation_shows_cost_per_successful_answer_per_model_and_route() {
+    let server = start(COST_FLEET).await;
+    for model in ["costa", "costa", "costb", "costb"] {
+        let mut body = chat_body(true);
+        body["model"] = model.into();
+        let reply = post_sse(&server.url(""), &body, &[]).await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+    }
+    let view: Value = client()
+        .get(server.url("/admin/rotation"))
+        .send()
+        .await
+        .expect("request sent")
+        .json()
+        .await
+        .expect("rotation view is JSON");
+    let find = |list: &str, key: &str, name: &str| {
+        view[list]
+            .as_array()
+            .and_then(|l| l.iter().find(|x| x[key] == name).cloned())
+            .unwrap_or(Value::Null)
+    };
+    let (cheap, dear, down) = (
+        find("routes", "route", "cv-cheap"),
+        find("routes", "route", "cv-dear"),
+        find("routes", "route", "cv-down"),
+    );
+    assert_eq!(cheap["answers"]["completed"], 2.0, "{cheap}");
+    assert_eq!(dear["answers"]["completed"], 2.0, "{dear}");
+    assert_eq!(
+        down["answers"],
+        serde_json::json!({}),
+        "the down route answered nothing: {down}"
+    );
+    assert_eq!(down["cost_per_successful_answer_micros"], Value::Null, "{down}");
+    let per = |v: &Value| v["cost_per_successful_answer_micros"].as_f64().unwrap_or(0.0);
+    let cost = |v: &Value| v["cost_micros"]["completed"].as_f64().unwrap_or(0.0);
+    assert!(per(&cheap) > 0.0, "{cheap}");
+    assert_eq!(per(&cheap), cost(&cheap) / 2.0, "{cheap}");
+    assert_eq!(
+        per(&dear),
+        3.0 * per(&cheap),
+        "the same answers at three times the price: {dear}"
+    );
+    let (a, b) = (find("models", "model", "costa"), find("models", "model", "costb"));
+    assert_eq!(per(&a), per(&cheap), "costa's answers all came from cv-cheap: {a}");
+    assert_eq!(per(&b), per(&dear), "costb's from cv-dear: {b}");
+    assert_eq!(cost(&a), cost(&cheap), "{a}");
+    server.shutdown().await;
+}

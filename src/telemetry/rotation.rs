@@ -1,6 +1,7 @@
 //! Rotation metrics: logical requests by outcome, failovers by layer and result, attempts
 //! per request, session route changes, the honest outage count (unroutable requests),
-//! recovery time after a breaker opened, cost per answer, policy rejections and repairs.
+//! recovery time after a breaker opened, answers and their cost (by route, by model), policy
+//! rejections and repairs.
 //! Labels are low-cardinality: route, family and model names come from config, outcomes
 //! and reasons from fixed sets. [`describe`] registers every metric's help text; call it
 //! once after the recorder is installed.
@@ -24,6 +25,11 @@ pub const RECOVERY_SECONDS: &str = "tailcut_recovery_seconds";
 /// Cost of answers (`cost_per_1k` times the answer's tokens / 1000), in millionths of the
 /// currency unit (a counter counts integers), by serving route and outcome.
 pub const ANSWER_COST_TOTAL: &str = "tailcut_answer_cost_micros_total";
+/// Answers by serving route and outcome (every request a route served, costed or not): the
+/// denominator of a route's cost per successful answer.
+pub const ANSWERS_TOTAL: &str = "tailcut_answers_total";
+/// The cost of answers as [`ANSWER_COST_TOTAL`] counts it, by the requested model and outcome.
+pub const MODEL_COST_TOTAL: &str = "tailcut_model_answer_cost_micros_total";
 /// Routes excluded from a plan by policy, by reason (region, data_terms, quality_floor ...).
 pub const POLICY_REJECTIONS_TOTAL: &str = "tailcut_policy_rejections_total";
 /// Repair attempts by route and outcome (`repaired`, `failed`).
@@ -63,6 +69,14 @@ pub fn describe() {
         "Cost of answers (cost_per_1k x tokens / 1000) in millionths of the currency unit, by serving route and outcome"
     );
     describe_counter!(
+        ANSWERS_TOTAL,
+        "Answers a route served, by serving route and outcome (completed, truncated, served_from_cache, diverged, or the error class after the first token)"
+    );
+    describe_counter!(
+        MODEL_COST_TOTAL,
+        "Cost of answers (cost_per_1k x tokens / 1000) in millionths of the currency unit, by requested model and outcome"
+    );
+    describe_counter!(
         POLICY_REJECTIONS_TOTAL,
         "Routes excluded from a plan by policy, by reason (region, data_terms, pool, capability, max_output, context_length, quality_floor)"
     );
@@ -70,6 +84,19 @@ pub fn describe() {
         REPAIRS_TOTAL,
         "Repair attempts after an answer failed its quality gate, by route and outcome (repaired, failed)"
     );
+}
+
+/// `route` served a request for `model` that ended with `outcome` (a fixed set, see
+/// `LOGICAL_REQUESTS_TOTAL`), costing `cost_micros` (0 when the route has no cost or the
+/// answer no usage): one answer by route, and its cost by route and by model.
+pub fn answered(model: &str, route: &str, outcome: &str, cost_micros: u64) {
+    let outcome = outcome.to_string();
+    metrics::counter!(ANSWERS_TOTAL, "route" => route.to_string(), "outcome" => outcome.clone()).increment(1);
+    if cost_micros > 0 {
+        metrics::counter!(ANSWER_COST_TOTAL, "route" => route.to_string(), "outcome" => outcome.clone())
+            .increment(cost_micros);
+        metrics::counter!(MODEL_COST_TOTAL, "model" => model.to_string(), "outcome" => outcome).increment(cost_micros);
+    }
 }
 
 /// Counts a plan's exclusions, one per excluded route and reason.

@@ -93,7 +93,7 @@ impl Run {
     pub(super) fn rotation_outcome(&self, outcome: &str) {
         let ended = matches!(outcome, "completed" | "truncated" | "served_from_cache" | "diverged");
         let label = outcome.to_string();
-        metrics::counter!(rt::LOGICAL_REQUESTS_TOTAL, "model" => self.req.model.clone(), "outcome" => label.clone())
+        metrics::counter!(rt::LOGICAL_REQUESTS_TOTAL, "model" => self.req.model.clone(), "outcome" => label)
             .increment(1);
         metrics::histogram!(rt::ATTEMPTS_PER_REQUEST).record(f64::from(self.attempts));
         for &i in &self.moves.open {
@@ -110,11 +110,14 @@ impl Run {
             }
             Some(route) => {
                 let cost = self.route_config(route).map_or(0.0, |r| r.cost_per_1k);
-                if let (Some(u), true) = (self.usage, cost > 0.0) {
-                    let tokens = f64::from(u.input_tokens) + f64::from(u.output_tokens);
-                    metrics::counter!(rt::ANSWER_COST_TOTAL, "route" => route.clone(), "outcome" => label)
-                        .increment((cost * tokens / 1000.0 * 1e6).round() as u64);
-                }
+                let micros = match (self.usage, cost > 0.0) {
+                    (Some(u), true) => {
+                        let tokens = f64::from(u.input_tokens) + f64::from(u.output_tokens);
+                        (cost * tokens / 1000.0 * 1e6).round() as u64
+                    }
+                    _ => 0,
+                };
+                rt::answered(&self.req.model, route, outcome, micros);
             }
             None => {}
         }

@@ -32,8 +32,10 @@ pub fn parse(text: &str) -> Vec<Series> {
         .collect()
 }
 
-const ROTATION: [&str; 9] = [
+const ROTATION: [&str; 11] = [
     rt::LOGICAL_REQUESTS_TOTAL,
+    rt::ANSWERS_TOTAL,
+    rt::MODEL_COST_TOTAL,
     rt::FAILOVERS_TOTAL,
     rt::ATTEMPTS_PER_REQUEST,
     rt::ROUTE_CHANGES_TOTAL,

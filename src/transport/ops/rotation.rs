@@ -1,6 +1,7 @@
 //! The admin view of the rotation metrics, `GET /admin/rotation`: per model and per route
 //! figures read off the Prometheus recorder (logical requests by outcome, failovers by layer
-//! and result, attempts per request, route changes, policy rejections, repairs, cost, recovery
+//! and result, attempts per request, route changes, policy rejections, repairs, answers and
+//! their cost, cost per successful answer per model and per route, recovery
 //! time, the honest outage count), and a bounded ring of samples taken every
 //! [`SAMPLE_EVERY`] so a freshly opened dashboard plots the last hour of failover rate and
 //! outages. The figures come from the recorder's exposition text ([`super::exposition`]).
@@ -238,6 +239,16 @@ pub fn view(series: &[Series], models: &[String], routes: &[String], history: Ve
                     add(r, &["repairs", s.label("outcome")], v);
                 }
             }
+            rt::ANSWERS_TOTAL => {
+                if let Some(r) = by_route.get_mut(s.label("route")) {
+                    add(r, &["answers", s.label("outcome")], v);
+                }
+            }
+            rt::MODEL_COST_TOTAL => {
+                if let Some(m) = by_model.get_mut(s.label("model")) {
+                    add(m, &["cost_micros", s.label("outcome")], v);
+                }
+            }
             rt::ANSWER_COST_TOTAL => {
                 if s.label("outcome") == "completed" {
                     completed_cost += v;
@@ -268,12 +279,16 @@ pub fn view(series: &[Series], models: &[String], routes: &[String], history: Ve
             let total = requests.as_object().map_or(0.0, sum_values);
             let done = requests["completed"].as_f64().unwrap_or(0.0);
             completed += done;
+            let cost = m.get("cost_micros").cloned().unwrap_or_else(|| json!({}));
+            let done_cost = cost["completed"].as_f64().unwrap_or(0.0);
             json!({
                 "model": name,
                 "requests": requests,
                 "requests_total": total,
                 "success_rate": ratio(done, total),
                 "route_changes": m.get("route_changes").cloned().unwrap_or(json!(0.0)),
+                "cost_micros": cost,
+                "cost_per_successful_answer_micros": ratio(done_cost, done),
             })
         })
         .collect();
@@ -294,6 +309,8 @@ pub fn view(series: &[Series], models: &[String], routes: &[String], history: Ve
                 })
             };
             let into = results(&to, None);
+            let (answers, cost) = (layered("answers"), layered("cost_micros"));
+            let completed = |v: &Value| v["completed"].as_f64().unwrap_or(0.0);
             json!({
                 "route": name,
                 "failovers_from": from,
@@ -302,7 +319,9 @@ pub fn view(series: &[Series], models: &[String], routes: &[String], history: Ve
                 "failovers_to_total": into,
                 "failover_success": ratio(results(&to, Some("served")), into),
                 "repairs": layered("repairs"),
-                "cost_micros": layered("cost_micros"),
+                "answers": answers,
+                "cost_micros": cost,
+                "cost_per_successful_answer_micros": ratio(completed(&cost), completed(&answers)),
                 "recovery": r.get("recovery").cloned().unwrap_or(json!({"count": 0.0, "mean_s": null})),
             })
         })
@@ -345,6 +364,9 @@ tailcut_logical_requests_total{model="chat",outcome="completed"} 8
 tailcut_logical_requests_total{model="chat",outcome="unavailable"} 2
 tailcut_unroutable_total{reason="all_failed"} 2
 tailcut_answer_cost_micros_total{route="b",outcome="completed"} 400
+tailcut_answers_total{route="b",outcome="completed"} 5
+tailcut_answers_total{route="b",outcome="truncated"} 1
+tailcut_model_answer_cost_micros_total{model="chat",outcome="completed"} 400
 tailcut_attempts_per_request{quantile="0.5"} 1
 tailcut_attempts_per_request_sum 14
 tailcut_attempts_per_request_count 10
@@ -377,12 +399,16 @@ tailcut_route_changes_total{model="odd \"quoted\\ name"} 1
         let chat = &v["models"][0];
         assert_eq!(chat["requests"]["completed"], 8.0);
         assert_eq!(chat["success_rate"], 0.8);
+        assert_eq!(chat["cost_per_successful_answer_micros"], 50.0, "400 over 8: {chat}");
         let a = &v["routes"][0];
         assert_eq!(a["failovers_from_total"], 4.0, "{a}");
         assert_eq!(a["recovery"]["mean_s"], 4.5);
         let b = &v["routes"][1];
         assert_eq!(b["failovers_to"]["provider_switch"]["served"], 3.0);
         assert_eq!(b["failover_success"], 1.0);
+        assert_eq!(b["answers"]["truncated"], 1.0);
+        assert_eq!(b["cost_per_successful_answer_micros"], 80.0, "400 over b's 5: {b}");
+        assert_eq!(a["cost_per_successful_answer_micros"], Value::Null, "a served nothing");
         assert_eq!(v["routes"][2]["failover_success"], 0.0, "c took one move and failed it");
     }
 
