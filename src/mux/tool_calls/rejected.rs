@@ -41,27 +41,13 @@ impl Rejected {
                 .collect::<Vec<_>>()
                 .join("\n"),
         };
-        cut(text, MAX_ECHO_BYTES)
+        super::schema::cut(text, MAX_ECHO_BYTES)
     }
 
     /// What kind of answer it was, for the repair's request.
     pub fn is_structured(&self) -> bool {
         matches!(self, Rejected::Structured(_))
     }
-}
-
-/// `text` cut to at most `max` bytes at a char boundary, marked when cut.
-fn cut(mut text: String, max: usize) -> String {
-    if text.len() <= max {
-        return text;
-    }
-    let mut at = max;
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    text.truncate(at);
-    text.push('…');
-    text
 }
 
 #[cfg(test)]

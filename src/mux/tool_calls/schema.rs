@@ -95,14 +95,20 @@ fn json_kind(value: &Value) -> &'static str {
 }
 
 /// Cuts a message to [`MAX_MESSAGE_BYTES`] at a character boundary.
-pub(super) fn clip(mut message: String) -> String {
-    if message.len() > MAX_MESSAGE_BYTES {
-        let mut end = MAX_MESSAGE_BYTES;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push('…');
+pub(super) fn clip(message: String) -> String {
+    cut(message, MAX_MESSAGE_BYTES)
+}
+
+/// `text` cut to at most `max` bytes at a char boundary, marked when cut.
+pub(super) fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
     }
-    message
+    let mut at = max;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    text.truncate(at);
+    text.push('…');
+    text
 }
