@@ -515,6 +515,13 @@ mod tests {
         let running = one.open(Box::pin(events), "req_r".into(), permit).expect("room");
         let _reader = running.attach(0);
         let shared = Arc::clone(two.remote().expect("shared"));
+        // The owner's writes reach Redis through its queue: wait (bounded) until the record is there.
+        for _ in 0..200 {
+            if let crate::shared::replay::Lookup::Found(_) = shared.lookup(&running.id).await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
         let mut set = RequestStreams::default();
         set.insert_remote("r".into(), shared, running.id.clone(), running.token().into(), 0);
         let (_, _, item) = set.next().await;
