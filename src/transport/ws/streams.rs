@@ -392,6 +392,16 @@ mod tests {
         (one, two)
     }
 
+    /// Waits (bounded) until Redis holds stream `id`'s record: the owner writes it through a queue.
+    async fn in_redis(shared: &SharedReplay, id: &str) {
+        for _ in 0..200 {
+            if let crate::shared::replay::Lookup::Found(_) = shared.lookup(id).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     /// Opens `answer()` on `registry` and waits (bounded) until Redis holds it to the end.
     async fn finished_in_redis(registry: &Arc<Registry>, other: &Arc<Registry>) -> Arc<Stream> {
         let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("permit");
@@ -488,6 +498,7 @@ mod tests {
             .open(Box::pin(stream::pending()), "req_running".into(), permit)
             .expect("room");
         let _reader = running.attach(0);
+        in_redis(&shared, &running.id).await;
         set.insert_remote("c".into(), shared, running.id.clone(), running.token().into(), 0);
         assert_eq!(set.cancel("c"), Cancel::Pending, "the owner is told through Redis");
         let (id, _, item) = set.next().await;
@@ -515,13 +526,7 @@ mod tests {
         let running = one.open(Box::pin(events), "req_r".into(), permit).expect("room");
         let _reader = running.attach(0);
         let shared = Arc::clone(two.remote().expect("shared"));
-        // The owner's writes reach Redis through its queue: wait (bounded) until the record is there.
-        for _ in 0..200 {
-            if let crate::shared::replay::Lookup::Found(_) = shared.lookup(&running.id).await {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        in_redis(&shared, &running.id).await;
         let mut set = RequestStreams::default();
         set.insert_remote("r".into(), shared, running.id.clone(), running.token().into(), 0);
         let (_, _, item) = set.next().await;
