@@ -9,7 +9,8 @@
 //! - [`view`]: the per-route views the gateway copies out for the router, and what
 //!   `/admin/routes` shows;
 //! - [`lease`]: session → route leases, written by the mux at commit, copied by the gateway
-//!   before planning.
+//!   before planning;
+//! - [`peer`]: what this instance tells its peers, and their hints on its routes.
 //!
 //! Peer hints (`shared::hints`): other instances' breaker openings and 429 cool-downs. A live
 //! hint makes the route's view cooling, so ranking puts it last (tried only when no other
@@ -20,6 +21,7 @@
 pub mod admission;
 pub mod breaker;
 pub mod lease;
+pub mod peer;
 pub mod permit;
 pub mod ttft;
 pub mod view;
@@ -40,6 +42,7 @@ use self::window::RollingCounts;
 use crate::config::{Config, HedgeConfig};
 use crate::types::Priority;
 
+pub use peer::{HintKind, Outage};
 pub use permit::{PermitKind, RoutePermit};
 pub use view::{RouteSnapshot, RouteView, RouteViews};
 
@@ -122,40 +125,6 @@ impl RouteState {
     fn local_cooling(&self, now: Instant) -> Option<Instant> {
         self.cooling_until.filter(|u| *u > now)
     }
-}
-
-/// What a health hint says about a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HintKind {
-    /// Its breaker opened.
-    BreakerOpen,
-    /// It answered 429 (or ran out of quota) and is cooling.
-    Cooling,
-}
-
-impl HintKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HintKind::BreakerOpen => "breaker_open",
-            HintKind::Cooling => "cooling",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "breaker_open" => Some(HintKind::BreakerOpen),
-            "cooling" => Some(HintKind::Cooling),
-            _ => None,
-        }
-    }
-}
-
-/// A route this instance itself sees down right now: what it tells its peers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outage {
-    pub route: String,
-    pub kind: HintKind,
-    pub until: Instant,
 }
 
 /// Why a route cannot take traffic right now.
@@ -374,47 +343,6 @@ impl Health {
             Some(p99) => (p99 * 10).clamp(configured.min(STALL_FLOOR), configured),
             None => configured,
         }
-    }
-
-    /// The routes this instance itself sees down at `now` (breaker open, or cooling after a
-    /// rate limit or quota failure), with when that ends. Peer hints are not included: an
-    /// instance only ever tells what it observed.
-    pub fn outages(&self, now: Instant) -> Vec<Outage> {
-        let mut out = Vec::new();
-        for r in &self.routes {
-            let s = r.state.lock();
-            if let BreakerState::Open { until } = s.breaker.state(now) {
-                out.push(Outage {
-                    route: r.name.clone(),
-                    kind: HintKind::BreakerOpen,
-                    until,
-                });
-            } else if let Some(until) = s.local_cooling(now) {
-                out.push(Outage {
-                    route: r.name.clone(),
-                    kind: HintKind::Cooling,
-                    until,
-                });
-            }
-        }
-        out
-    }
-
-    /// Takes a peer's hint that `name` is down until `until`: advisory (see the module doc).
-    /// A later hint replaces an earlier one. False for an unknown route.
-    pub fn peer_hint(&self, name: &str, kind: HintKind, until: Instant) -> bool {
-        match self.route(name) {
-            Some(r) => {
-                r.state.lock().peer = Some((kind, until));
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The peer hint on `name` still live at `now`.
-    pub fn live_peer_hint(&self, name: &str, now: Instant) -> Option<(HintKind, Instant)> {
-        self.route(name)?.state.lock().peer.filter(|(_, until)| *until > now)
     }
 
     /// Opens a route's breaker on purpose (drills).
