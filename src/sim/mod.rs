@@ -126,7 +126,9 @@
 mod aggregate;
 mod answer;
 mod anthropic;
+mod beats;
 mod continuation;
+mod faults;
 mod openai;
 mod plan;
 mod profiles;

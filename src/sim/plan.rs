@@ -7,11 +7,13 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 
 use super::answer::{self, REFUSAL_TEXT};
+use super::beats::{cut_text_beats, json_tokens, text_beats, tool_beats};
 use super::continuation::{PrefillOutcome, Reading};
+use super::faults::Faults;
 use super::quality::{self, Verdict};
 use super::record::SimEnd;
-use super::request::{Asks, Format};
-use super::scenario::{ms, probability, Failure, Scenario, ToolCallSpec};
+use super::request::Asks;
+use super::scenario::{probability, Scenario, ToolCallSpec};
 use super::schema;
 use super::timing::{self, Moment};
 
@@ -219,7 +221,7 @@ pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, id
 }
 
 /// One wait-separated group of steps (a token, or a tool call's opening).
-type Beat = Vec<Step>;
+pub(super) type Beat = Vec<Step>;
 
 /// What an answer is before faults and timing are laid over it.
 struct Answer {
@@ -304,152 +306,10 @@ fn answer_beats(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: 
     }
 }
 
-fn text_beats(tokens: Vec<String>) -> Vec<Beat> {
-    tokens.into_iter().map(|t| vec![Step::Text(t)]).collect()
-}
-
-/// The text beats with the one holding byte `bytes` split (`answer::cut_at_byte`), and how
-/// many beats come before the cut.
-fn cut_text_beats(beats: &[Beat], bytes: usize) -> Option<(Vec<Beat>, u32)> {
-    let tokens: Vec<String> = beats
-        .iter()
-        .flatten()
-        .filter_map(|step| match step {
-            Step::Text(t) => Some(t.clone()),
-            _ => None,
-        })
-        .collect();
-    let (tokens, before) = answer::cut_at_byte(tokens, bytes)?;
-    Some((text_beats(tokens), u32::try_from(before).unwrap_or(u32::MAX)))
-}
-
-/// A JSON answer as tokens: pretty-printed, so its words stream as a model writes them.
-/// JSON mode gets `{"answer": <the scenario's text>}`, a schema an instance of it.
-/// `spoiled`: a model of poor quality (`quality.rs`) writes JSON that does not parse.
-fn json_tokens(format: &Format, scenario: &Scenario, spoiled: bool, rng: &mut SmallRng) -> Vec<String> {
-    let value = match format {
-        Format::JsonObject => serde_json::json!({"answer": answer::text_tokens(scenario).concat()}),
-        Format::JsonSchema(schema) => schema::instance(schema, rng),
-    };
-    let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| "{}".to_owned());
-    if spoiled {
-        return answer::split_words(&quality::spoil_json(&text));
-    }
-    answer::split_words(&text)
-}
-
-/// The calls' beats: an opening, then the arguments in `fragments` pieces. `truncate` stops
-/// half-way through the first call; a `limit` (max_tokens) smaller than the fragments stops
-/// after that many, both with `length` and the call never closed.
-fn tool_beats(
-    calls: &[ToolCallSpec],
-    fragments: u32,
-    wire: Wire,
-    truncate: bool,
-    limit: Option<u32>,
-    rng: &mut SmallRng,
-    ids: &mut SmallRng,
-) -> (Vec<Beat>, Stop) {
-    let calls = if truncate { &calls[..1] } else { calls };
-    let mut left = limit.map(|m| m as usize);
-    let mut beats = Vec::new();
-    for (index, call) in (0u32..).zip(calls) {
-        let id = match wire {
-            Wire::OpenAi => answer::random_id("call_", 24, ids),
-            Wire::Anthropic => answer::random_id("toolu_01", 22, ids),
-        };
-        beats.push(vec![Step::ToolOpen {
-            index,
-            id,
-            name: call.name.clone(),
-        }]);
-        let mut pieces = answer::fragments(&call.arguments, fragments, rng);
-        if let Some(n) = left.filter(|n| pieces.len() > *n) {
-            pieces.truncate(n);
-            beats.extend(
-                pieces
-                    .into_iter()
-                    .map(|fragment| vec![Step::ToolArgs { index, fragment }]),
-            );
-            return (beats, Stop::Length);
-        }
-        left = left.map(|n| n - pieces.len());
-        if truncate {
-            pieces.truncate(pieces.len().div_ceil(2).min(pieces.len().saturating_sub(1)).max(1));
-            beats.extend(
-                pieces
-                    .into_iter()
-                    .map(|fragment| vec![Step::ToolArgs { index, fragment }]),
-            );
-            return (beats, Stop::Length);
-        }
-        beats.extend(
-            pieces
-                .into_iter()
-                .map(|fragment| vec![Step::ToolArgs { index, fragment }]),
-        );
-        if let Some(last) = beats.last_mut() {
-            last.push(Step::ToolClose { index });
-        }
-    }
-    (beats, Stop::ToolCalls)
-}
-
-/// The `*_after_tokens` faults of one request, with the random ones already decided.
-struct Faults {
-    /// This request drops (`drop_after_tokens` / `drop_after_bytes`, drawn by `drop_rate`).
-    drops: bool,
-    drop: Option<u32>,
-    stall: Option<(u32, Duration)>,
-    malformed: Option<u32>,
-    in_band: Option<u32>,
-    invalid_utf8: Option<u32>,
-}
-
-impl Faults {
-    fn draw(f: &Failure, rng: &mut SmallRng) -> Self {
-        // Drawn only when a drop is configured, so other scenarios keep their random sequence.
-        let configured = f.drop_after_tokens.is_some() || f.drop_after_bytes.is_some();
-        let drops = configured && rng.random_bool(probability(f.drop_rate));
-        Faults {
-            drops,
-            drop: f.drop_after_tokens.filter(|_| drops),
-            stall: f
-                .stall_after_tokens
-                .map(|n| (n, ms(f.stall_ms.unwrap_or(60_000) as f64))),
-            malformed: f.malformed_after_tokens,
-            in_band: f.in_band_error_after_tokens,
-            invalid_utf8: f.invalid_utf8_after_tokens,
-        }
-    }
-
-    /// Also drops once `sent` tokens are out (the earliest drop wins).
-    fn drop_at(&mut self, sent: u32) {
-        self.drop = Some(self.drop.map_or(sent, |n| n.min(sent)));
-    }
-
-    /// Appends what happens once `sent` tokens are out; `Some(end)` when the body ends.
-    fn after(&self, sent: u32, steps: &mut Vec<Step>) -> Option<SimEnd> {
-        if self.stall.is_some_and(|(n, _)| n == sent) {
-            if let Some((_, pause)) = self.stall {
-                steps.push(Step::Wait(pause));
-            }
-        }
-        let ending = [
-            (self.drop, Step::Drop, SimEnd::Dropped),
-            (self.in_band, Step::InBandError, SimEnd::InBandError),
-            (self.malformed, Step::Malformed, SimEnd::Truncated),
-            (self.invalid_utf8, Step::InvalidUtf8, SimEnd::Truncated),
-        ];
-        let (_, step, end) = ending.into_iter().find(|(n, _, _)| *n == Some(sent))?;
-        steps.push(step);
-        Some(end)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::scenario::Failure;
     use rand::SeedableRng;
 
     fn scenario(failure: Failure) -> Scenario {
