@@ -15,7 +15,6 @@
 //! `/admin/rotation` (in [`rotation`]) reads the rotation metrics per model and per route,
 //! with an hour of samples for the dashboard's plots.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,17 +24,17 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::health::{Health, RouteSnapshot, Unavailable};
 use crate::transport::{auth, AppState};
 
 mod exposition;
+mod memory;
 mod rotation;
 
+pub use memory::OpsMemory;
 use rotation::{admin_rotation, sample_rotation, RotationHistory};
 
 pub fn routes() -> Router<AppState> {
@@ -100,7 +99,7 @@ async fn admin_routes(
                 fields.insert("admission_slots".into(), json!(admission_slots(snap.admission_limit)));
                 fields.insert("drill_ms_left".into(), json!(drill_left.map(millis)));
                 fields.insert("ttft_ccdf".into(), seen.ccdf_json(now));
-                let stale = snap.ttft_samples == 0 && seen.percentiles.is_some();
+                let stale = snap.ttft_samples == 0 && seen.has_percentiles();
                 fields.insert("ttft_stale".into(), json!(stale));
                 fields.insert(
                     "ttft_last_known".into(),
@@ -218,152 +217,6 @@ fn ttft_ccdf(samples: u64, quantile: impl Fn(f64) -> Option<f64>) -> Vec<[f64; 2
     points
 }
 
-/// Something a read of `/admin/routes` saw, and when.
-#[derive(Debug, Clone)]
-struct Seen<T> {
-    value: T,
-    at: Instant,
-}
-
-impl<T> Seen<T> {
-    fn age_ms(&self, now: Instant) -> u64 {
-        millis(now.saturating_duration_since(self.at))
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Percentiles {
-    p50: Option<f64>,
-    p95: Option<f64>,
-    p99: Option<f64>,
-    samples: u64,
-}
-
-/// The last TTFT figures seen for one route.
-#[derive(Debug, Clone, Default)]
-struct LastTtft {
-    percentiles: Option<Seen<Percentiles>>,
-    ccdf: Option<Seen<Vec<[f64; 2]>>>,
-}
-
-impl LastTtft {
-    /// `{"points", "samples", "age_ms", "stale"}`: the CCDF of this read, or the last one
-    /// seen (stale, `age_ms` old); `null` if none was ever seen.
-    fn ccdf_json(&self, now: Instant) -> Value {
-        match (&self.ccdf, &self.percentiles) {
-            (Some(c), p) => json!({
-                "points": c.value,
-                "samples": p.as_ref().map(|p| p.value.samples),
-                "age_ms": c.age_ms(now),
-                "stale": c.at != now,
-            }),
-            (None, _) => Value::Null,
-        }
-    }
-
-    fn percentiles_json(&self, now: Instant) -> Value {
-        match &self.percentiles {
-            Some(p) => json!({
-                "p50_ms": p.value.p50,
-                "p95_ms": p.value.p95,
-                "p99_ms": p.value.p99,
-                "samples": p.value.samples,
-                "age_ms": p.age_ms(now),
-            }),
-            None => Value::Null,
-        }
-    }
-}
-
-/// A drill with a duration: the task that keeps the breaker open, and when it ends.
-struct Drill {
-    ends_at: Instant,
-    task: Option<tokio::task::AbortHandle>,
-}
-
-/// What `/admin/routes` keeps between requests, one per server (an `Extension` of the ops
-/// router). Keyed by route name, and only for configured routes: bounded by the config.
-#[derive(Default)]
-pub struct OpsMemory {
-    ttft: Mutex<HashMap<String, LastTtft>>,
-    drills: Mutex<HashMap<String, Drill>>,
-}
-
-impl OpsMemory {
-    /// Records what this read of `snap` saw (percentiles when its window holds samples, the
-    /// CCDF when there is one) and returns what is known now, fresh or not.
-    fn remember(&self, snap: &RouteSnapshot, ccdf: Vec<[f64; 2]>, now: Instant) -> LastTtft {
-        let mut all = self.ttft.lock();
-        let last = all.entry(snap.name.clone()).or_default();
-        if snap.ttft_samples > 0 {
-            last.percentiles = Some(Seen {
-                value: Percentiles {
-                    p50: snap.ttft_p50_ms,
-                    p95: snap.ttft_p95_ms,
-                    p99: snap.ttft_p99_ms,
-                    samples: snap.ttft_samples,
-                },
-                at: now,
-            });
-        }
-        if !ccdf.is_empty() {
-            last.ccdf = Some(Seen { value: ccdf, at: now });
-        }
-        last.clone()
-    }
-
-    /// How long the drill on `name` keeps its breaker open from `now`, if one runs.
-    fn drill_left(&self, name: &str, now: Instant) -> Option<Duration> {
-        self.drills
-            .lock()
-            .get(name)
-            .map(|d| d.ends_at.saturating_duration_since(now))
-            .filter(|left| !left.is_zero())
-    }
-
-    /// Opens `name`'s breaker for `requested` (one cool-down when `None`), replacing a drill
-    /// running on it. Returns how long it stays open, `None` for an unknown route. The
-    /// breaker is reopened halfway through each cool-down of at least `min_open` (the
-    /// configured first cool-down), so it never turns half-open before the drill ends.
-    fn start_drill(
-        &self,
-        health: &Arc<Health>,
-        name: &str,
-        requested: Option<Duration>,
-        min_open: Duration,
-        now: Instant,
-    ) -> Option<Duration> {
-        if !health.force_open(name, now) {
-            return None;
-        }
-        let one_cooldown = match health.availability(name, now) {
-            Err(Unavailable::BreakerOpen { until }) => until.saturating_duration_since(now),
-            _ => min_open,
-        };
-        let open_for = requested.map_or(one_cooldown, |r| r.max(one_cooldown));
-        let ends_at = now + open_for;
-        let task = (open_for > one_cooldown).then(|| {
-            let health = Arc::clone(health);
-            let route = name.to_string();
-            tokio::spawn(async move {
-                let mut covered = now + min_open;
-                while covered < ends_at {
-                    tokio::time::sleep_until(covered - min_open / 2).await;
-                    let at = Instant::now();
-                    health.force_open(&route, at);
-                    covered = at + min_open;
-                }
-            })
-            .abort_handle()
-        });
-        let previous = self.drills.lock().insert(name.to_string(), Drill { ends_at, task });
-        if let Some(task) = previous.and_then(|d| d.task) {
-            task.abort();
-        }
-        Some(open_for)
-    }
-}
-
 /// When `needed`, the request must carry `Authorization: Bearer <admin token>` (the value of
 /// `server.admin_token_env`, compared in constant time). The refusal, if any: 403 when no
 /// token is configured (`what` is off), 401 when it is missing or wrong.
@@ -407,6 +260,7 @@ fn admin_gate(state: &AppState, headers: &HeaderMap, needed: bool, what: &str) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::{Health, Unavailable};
 
     fn health() -> (Arc<Health>, String) {
         let cfg = crate::config::load_str(crate::config::DEFAULT_TOML).expect("default config");
