@@ -30,6 +30,7 @@
 //! ever put in a response, a log line or a metric: logs name the key (`name`).
 
 mod across;
+mod caller;
 mod credential;
 pub mod keygen;
 mod limits;
@@ -41,22 +42,21 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
-use futures::StreamExt;
 use parking_lot::Mutex;
 use subtle::ConstantTimeEq;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
+use tokio::sync::Semaphore;
 
+use caller::Authed;
+pub use caller::{Admission, Caller, Via};
 pub use credential::{admin_bearer, query_token, redact_token_param, same_secret};
 pub use limits::{token_cost, Limit};
 pub use mint::mint;
 pub use refusal::Refusal;
 
 use crate::config::{Config, KeyConfig};
-use crate::gateway::GatewayError;
-use crate::shared::leases::{Lease, StreamLeases};
+use crate::shared::leases::StreamLeases;
 use crate::shared::Shared;
-use crate::types::{ChatRequest, EventStream, RequestCtx};
+use crate::types::RequestCtx;
 use credential::Presented;
 use limits::KeyLimits;
 use token::{Claims, Clock, Signer, TokenError};
@@ -89,36 +89,6 @@ struct KeyEntry {
     config: KeyConfig,
     limits: Mutex<KeyLimits>,
     streams: Option<Arc<Semaphore>>,
-}
-
-/// How a caller proved who it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
-    Key,
-    Token,
-}
-
-/// An authenticated caller (or, without `[auth]`, anyone).
-#[derive(Clone)]
-pub struct Caller {
-    authed: Option<Authed>,
-    across: Option<Arc<Across>>,
-}
-
-#[derive(Clone)]
-struct Authed {
-    key: Arc<KeyEntry>,
-    via: Via,
-    /// A token's own model list, within its key's.
-    token_models: Option<Vec<String>>,
-}
-
-/// A request let in: holds its stream slot, if its key limits streams.
-#[must_use = "guard the answer's stream with it"]
-pub struct Admission {
-    slot: Option<OwnedSemaphorePermit>,
-    /// The key's lease of a stream across instances, when Redis granted one.
-    lease: Option<Lease>,
 }
 
 impl Access {
@@ -290,133 +260,13 @@ fn refused(refusal: &Refusal, key: Option<&str>) {
     }
 }
 
-impl Caller {
-    /// The name of the caller's key; `None` without `[auth]`.
-    pub fn key_name(&self) -> Option<&str> {
-        self.authed.as_ref().map(|a| a.key.config.name.as_str())
-    }
-
-    pub fn via(&self) -> Option<Via> {
-        self.authed.as_ref().map(|a| a.via)
-    }
-
-    /// May this caller use `model`? Its key's list, narrowed by its token's.
-    pub fn may_use(&self, model: &str) -> bool {
-        self.authed.as_ref().is_none_or(|a| {
-            a.key.config.may_use(model) && a.token_models.as_ref().is_none_or(|m| m.iter().any(|x| x == model))
-        })
-    }
-
-    /// Checks the tenant the context names (from `x-tailcut-tenant`) against the key's, then
-    /// sets the key's tenant and name and caps the priority. Idempotent.
-    pub fn bind(&self, ctx: &mut RequestCtx) -> Result<(), Refusal> {
-        let Some(a) = &self.authed else { return Ok(()) };
-        let key = &a.key.config;
-        ctx.key = Some(key.name.clone());
-        if ctx.tenant.as_ref().is_some_and(|t| *t != key.tenant) {
-            return Err(Refusal::Tenant);
-        }
-        ctx.tenant = Some(key.tenant.clone());
-        if let Some(cap) = key.priority {
-            ctx.priority = ctx.priority.min(cap);
-        }
-        Ok(())
-    }
-
-    /// Step 2: the decoded request against the key's models, streams and rates: across
-    /// instances while Redis answers (`across`), else this instance's own.
-    pub async fn admit(&self, req: &ChatRequest, ctx: &mut RequestCtx) -> Result<Admission, Refusal> {
-        let admitted = match &self.across {
-            Some(across) if across.shared.is_up() => self.admit_across(across, req, ctx, Instant::now()).await,
-            _ => self.admit_at(req, ctx, Instant::now()),
-        };
-        if let Err(refusal) = &admitted {
-            refused(refusal, self.key_name());
-        }
-        admitted
-    }
-
-    /// Step 2 against this instance's limits only (WebSocket requests while Redis is down).
-    pub fn admit_local(&self, req: &ChatRequest, ctx: &mut RequestCtx) -> Result<Admission, Refusal> {
-        let admitted = self.admit_at(req, ctx, Instant::now());
-        if let Err(refusal) = &admitted {
-            refused(refusal, self.key_name());
-        }
-        admitted
-    }
-
-    fn admit_at(&self, req: &ChatRequest, ctx: &mut RequestCtx, now: Instant) -> Result<Admission, Refusal> {
-        self.bind(ctx)?;
-        let Some(a) = &self.authed else {
-            return Ok(Admission {
-                slot: None,
-                lease: None,
-            });
-        };
-        let slot = self.local_slot(a, req)?;
-        a.key.limits.lock().take(now, token_cost(req))?;
-        Ok(Admission { slot, lease: None })
-    }
-
-    /// The model check and a slot of the key's local `max_streams`.
-    fn local_slot(&self, a: &Authed, req: &ChatRequest) -> Result<Option<OwnedSemaphorePermit>, Refusal> {
-        if !self.may_use(&req.model) {
-            return Err(Refusal::Model(req.model.clone()));
-        }
-        let slot = match (&a.key.streams, a.key.config.max_streams) {
-            (Some(streams), Some(max)) => Some(
-                Arc::clone(streams)
-                    .try_acquire_owned()
-                    .map_err(|_| Refusal::Streams(max))?,
-            ),
-            _ => None,
-        };
-        Ok(slot)
-    }
-}
-
-impl Caller {
-    /// Wraps `chat` so each request it is given is admitted first (step 2 and 3 for a
-    /// WebSocket); a refused request becomes an answer stream that ends at once with its
-    /// error, which the session renders for that request's id like any other outcome.
-    /// With Redis, the shared lease and rates are taken when the answer stream is first
-    /// polled, before anything runs (`across`).
-    pub fn gated<F>(
-        self,
-        mut chat: F,
-    ) -> impl FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send
-    where
-        F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
-    {
-        move |req, mut ctx| match self.across.clone().filter(|a| a.shared.is_up()) {
-            Some(across) => self.admit_deferred(across, req, ctx, &mut chat),
-            None => match self.admit_local(&req, &mut ctx) {
-                Ok(admission) => chat(req, ctx).map(|events| admission.guard(events)),
-                Err(refusal) => Ok(refusal.into_events(ctx.request_id)),
-            },
-        }
-    }
-}
-
-impl Admission {
-    /// Step 3: the answer's events, holding the stream slot until they are dropped.
-    pub fn guard(self, events: EventStream) -> EventStream {
-        match (self.slot, self.lease) {
-            (None, None) => events,
-            (slot, lease) => Box::pin(events.map(move |event| {
-                let _held = (&slot, &lease);
-                event
-            })),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{Dialect, Message, Priority, Role};
+    use crate::types::{ChatRequest, Dialect, Message, Priority, Role};
     use axum::http::HeaderValue;
     use std::time::Duration;
+    use tokio::time::Instant;
 
     const KEY: &str = "tc_test-key-0123456789";
 
