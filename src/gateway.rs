@@ -24,10 +24,30 @@ use crate::types::{
 };
 use crate::{router, telemetry};
 
+/// The `x-tailcut-*` headers a request is steered by.
+const CONTROL_HEADERS: [&str; 8] = [
+    "x-tailcut-hedge",
+    "x-tailcut-response-type",
+    "x-tailcut-deadline-ms",
+    "x-tailcut-priority",
+    "x-tailcut-session",
+    "x-tailcut-region",
+    "x-tailcut-tenant",
+    "x-tailcut-task",
+];
+
 impl RequestCtx {
     /// Reads the `x-tailcut-*` request headers. Invalid values are a client error.
     pub fn from_headers(headers: &HeaderMap, dialect: Dialect) -> Result<Self, GatewayError> {
         let mut ctx = RequestCtx::new(dialect);
+        // A control header sent twice is ambiguous (which tenant, which deadline?): refused,
+        // so a second value can never slip past a check made on the first.
+        if let Some(name) = CONTROL_HEADERS
+            .iter()
+            .find(|name| headers.get_all(**name).iter().nth(1).is_some())
+        {
+            return Err(GatewayError::BadRequest(format!("{name} may be sent only once")));
+        }
         let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
         if let Some(id) = get("x-request-id").filter(|s| !s.is_empty() && s.len() <= 128) {
             ctx.request_id = id.to_string();

@@ -287,6 +287,22 @@ async fn the_key_decides_the_tenant_and_a_header_may_only_name_it() {
 }
 
 #[tokio::test]
+async fn a_tenant_header_sent_twice_is_refused_and_never_read_as_its_first_value() {
+    let server = start(&config("", "")).await;
+    let auth = bearer(KEY);
+    for second in ["globex", "no-such-tenant", "acme"] {
+        let headers = [
+            ("authorization", auth.as_str()),
+            ("x-tailcut-tenant", "acme"),
+            ("x-tailcut-tenant", second),
+        ];
+        let (status, _, body) = post(server.url("/v1/chat/completions"), &openai_body("chat"), &headers).await;
+        assert_eq!(status, 400, "acme then {second}: {body}");
+        assert!(body.contains("x-tailcut-tenant may be sent only once"), "{body}");
+    }
+}
+
+#[tokio::test]
 async fn an_unknown_tenant_gets_the_same_403_as_a_forbidden_one_in_every_dialect() {
     let server = start(&config("", "")).await;
     let d = Dialects { server: &server };
