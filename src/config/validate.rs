@@ -151,9 +151,14 @@ impl Validator {
         for (name, value) in raw.scenarios.unwrap_or_default() {
             let path = format!("sim.scenarios.{name}");
             let scenario: Option<Scenario> = self.section_opt(&path, &value);
-            if let Some(s) = scenario {
-                scenarios.insert(name, s);
+            if let Some(s) = &scenario {
+                for (key, why) in s.problems() {
+                    self.problem(format!("{path}.{key}"), why);
+                }
             }
+            // A scenario that does not parse is still defined: routes naming it must not also
+            // be told it is unknown (the config is refused for its own problems anyway).
+            scenarios.insert(name, scenario.unwrap_or_default());
         }
         SimConfig { listen, scenarios }
     }
@@ -309,6 +314,63 @@ mod tests {
                 "expected a problem at {expected}; got {paths:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_scenario_out_of_range_is_refused_key_by_key_and_a_broken_one_is_still_defined() {
+        let text = r#"
+            [[routes]]
+            name = "a"
+            provider = "simulated"
+            scenario = "big"
+            [[routes]]
+            name = "b"
+            provider = "simulated"
+            scenario = "typo"
+            [models.chat]
+            routes = ["a", "b"]
+            [sim.scenarios.big]
+            tokens = 200000
+            inter_token_ms = -5
+            chunk_split = 0
+            ttft = { median_ms = 50.0, stall_prob = 1.5 }
+            brownout = { period_ms = 1000, duty = 2.0, extra_ms = 10.0 }
+            [sim.scenarios.big.failure]
+            status = 99
+            status_rate = 2.0
+            drop_rate = -1.0
+            [[sim.scenarios.big.phases]]
+            ms = 100
+            failure = { status = 700 }
+            [sim.scenarios.typo]
+            tokenz = 3
+        "#;
+        let Err(ConfigError::Invalid(problems)) = load_str(text) else {
+            panic!("out-of-range scenario values must be rejected")
+        };
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        for expected in [
+            "sim.scenarios.big.tokens",
+            "sim.scenarios.big.inter_token_ms",
+            "sim.scenarios.big.chunk_split",
+            "sim.scenarios.big.ttft.stall_prob",
+            "sim.scenarios.big.brownout.duty",
+            "sim.scenarios.big.failure.status",
+            "sim.scenarios.big.failure.status_rate",
+            "sim.scenarios.big.failure.drop_rate",
+            "sim.scenarios.big.phases[0].failure.status",
+            "sim.scenarios.typo.tokenz",
+        ] {
+            assert!(
+                paths.contains(&expected),
+                "expected a problem at {expected}; got {paths:?}"
+            );
+        }
+        assert!(
+            !paths.contains(&"routes[1].scenario"),
+            "a scenario that does not parse is not also unknown: {paths:?}"
+        );
+        assert_eq!(paths.len(), 10, "nothing else: {paths:?}");
     }
 
     #[test]
