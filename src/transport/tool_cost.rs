@@ -1,6 +1,7 @@
-//! What a request's tool schemas may cost to compile: at most [`MAX_TOOLS`] tools and
-//! [`MAX_SCHEMA_PATTERNS`] regular expressions across all their schemas, else a 400 naming
-//! the limit.
+//! What a request's schemas (its tools' parameters and a `json_schema` response format) may
+//! cost to compile, and that they compile: at most [`MAX_TOOLS`] tools and
+//! [`MAX_SCHEMA_PATTERNS`] regular expressions across all the schemas, each a valid JSON
+//! Schema, else a 400 naming the limit or the schema.
 //!
 //! Every attempt compiles the request's schemas (the tool-call assembler checks finished
 //! calls against them), on the runtime's worker threads. A plain schema compiles in
@@ -13,7 +14,7 @@
 use serde_json::Value;
 
 use super::error::DecodeError;
-use crate::types::ChatRequest;
+use crate::types::{ChatRequest, ResponseFormat};
 
 /// Tools one request may offer (OpenAI's limit for `tools`).
 pub const MAX_TOOLS: usize = 128;
@@ -50,7 +51,69 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
             .with_code("max_schema_patterns_exceeded"));
         }
     }
+    let format = match &req.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. }) => Some(schema),
+        _ => None,
+    };
+    if let Some(schema) = format {
+        if patterns.saturating_add(count_patterns(schema)) > MAX_SCHEMA_PATTERNS {
+            return Err(DecodeError::new(
+                "response_format",
+                format!(
+                    "the schemas hold too many regular expressions: at most {MAX_SCHEMA_PATTERNS} \
+                     `pattern` / `patternProperties` entries per request, tools and response \
+                     format together"
+                ),
+            )
+            .with_code("max_schema_patterns_exceeded"));
+        }
+    }
+    // A schema that does not compile cannot judge an answer: every answer checked against it
+    // would be refused as the route's invalid output (and fail over, and count against every
+    // route), so it is the request's error, found here before any attempt.
+    for (i, tool) in req.tools.iter().enumerate() {
+        if !tool.parameters.is_null() {
+            compiles(&tool.parameters).map_err(|why| {
+                DecodeError::new(
+                    format!("tools[{i}]"),
+                    format!(
+                        "tool {:?}: its parameters are not a valid JSON Schema: {why}",
+                        tool.name
+                    ),
+                )
+                .with_code("invalid_tool_schema")
+            })?;
+        }
+    }
+    if let Some(schema) = format {
+        compiles(schema).map_err(|why| {
+            DecodeError::new(
+                "response_format",
+                format!("the json_schema is not a valid JSON Schema: {why}"),
+            )
+            .with_code("invalid_response_schema")
+        })?;
+    }
     Ok(())
+}
+
+/// Whether `schema` compiles, and why not (cut short: the message quotes the schema).
+fn compiles(schema: &Value) -> Result<(), String> {
+    match jsonschema::validator_for(schema) {
+        Ok(_) => Ok(()),
+        Err(err) => {
+            let mut why = err.to_string();
+            if why.len() > 200 {
+                let mut end = 200;
+                while !why.is_char_boundary(end) {
+                    end -= 1;
+                }
+                why.truncate(end);
+                why.push('…');
+            }
+            Err(why)
+        }
+    }
 }
 
 /// The regexes a schema holds. Iterative: a parsed value is at most serde_json's recursion
@@ -115,6 +178,51 @@ mod tests {
             "five pattern strings and two patternProperties keys"
         );
         assert_eq!(count_patterns(&json!({"type": "object"})), 0, "none in a plain schema");
+    }
+
+    #[test]
+    fn a_schema_that_does_not_compile_is_the_requests_error_named_by_its_place() {
+        for bad in [
+            json!({"type": "objekt"}),
+            json!({"$schema": "invalid-uri", "type": "object"}),
+            json!({"type": "object", "properties": {"a": {"pattern": "(unclosed"}}}),
+            json!({"$ref": "https://example.com/elsewhere.json"}),
+            json!(12),
+        ] {
+            let req = request(vec![tool("ok", json!({"type": "object"})), tool("broken", bad.clone())]);
+            let err = check(&req).expect_err("a broken schema is refused");
+            assert_eq!(err.code, Some("invalid_tool_schema"), "{bad}");
+            assert_eq!(err.param.as_deref(), Some("tools[1]"), "{bad}");
+            assert!(err.message.contains("\"broken\""), "names the tool: {}", err.message);
+        }
+        let no_parameters = request(vec![tool("bare", Value::Null), tool("empty", json!({}))]);
+        assert!(
+            check(&no_parameters).is_ok(),
+            "no schema and an empty one accept any object"
+        );
+        let structured = |schema: Value| ChatRequest {
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "answer".into(),
+                schema,
+                strict: None,
+            }),
+            ..ChatRequest::default()
+        };
+        let err = check(&structured(json!({"type": "strin"}))).expect_err("a broken response schema");
+        assert_eq!(
+            (err.code, err.param.as_deref()),
+            (Some("invalid_response_schema"), Some("response_format"))
+        );
+        assert!(
+            check(&structured(json!({"type": "object"}))).is_ok(),
+            "a good one passes"
+        );
+        let patterns: serde_json::Map<String, Value> = (0..=MAX_SCHEMA_PATTERNS)
+            .map(|i| (format!("p{i}"), json!({"type": "string", "pattern": "^a+$"})))
+            .collect();
+        let err = check(&structured(json!({"type": "object", "properties": patterns})))
+            .expect_err("the response format's regexes count too");
+        assert_eq!(err.code, Some("max_schema_patterns_exceeded"), "{}", err.message);
     }
 
     #[test]
