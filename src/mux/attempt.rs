@@ -149,6 +149,7 @@ impl Attempt {
 fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = Emitted> + Send {
     async_stream::stream! {
         let tools = req.chat.tools.clone();
+        let max_tokens = req.chat.max_tokens;
         let mut gate = StructuredGate::for_request(&req.chat);
         let mut upstream = match provider.open(req).await {
             Ok(s) => s,
@@ -179,13 +180,13 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                     Ok(true) => yield Emitted::Event(AttemptEvent::ToolStarted),
                     Ok(false) => yield Emitted::Event(AttemptEvent::Progress),
                     Err(e) => {
-                        yield Emitted::Rejected(invalid(e.to_string()), Rejected::ToolCalls(assembler.rejected_calls()));
+                        yield Emitted::Rejected(e.to_error(max_tokens), Rejected::ToolCalls(assembler.rejected_calls()));
                         return;
                     }
                 },
                 Ok(Delta::ToolEnd { index }) => {
                     if let Err(e) = assembler.end(index) {
-                        yield Emitted::Rejected(invalid(e.to_string()), Rejected::ToolCalls(assembler.rejected_calls()));
+                        yield Emitted::Rejected(e.to_error(max_tokens), Rejected::ToolCalls(assembler.rejected_calls()));
                         return;
                     }
                     yield Emitted::Event(AttemptEvent::Progress);
@@ -212,7 +213,7 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                             finish = Some(if any && reason != FinishReason::Length { FinishReason::ToolCalls } else { reason });
                         }
                         Err(e) => {
-                            yield Emitted::Rejected(invalid(e.to_string()), Rejected::ToolCalls(assembler.rejected_calls()));
+                            yield Emitted::Rejected(e.to_error(max_tokens), Rejected::ToolCalls(assembler.rejected_calls()));
                             return;
                         }
                     }

@@ -44,7 +44,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use self::schema::{parse_object, ToolSchemas};
-use crate::provider::ToolFragment;
+use crate::provider::{ProviderError, ToolFragment};
 use crate::types::{ErrorClass, FinishReason, ToolCall, ToolSpec};
 
 pub use self::rejected::{Rejected, RejectedCall, MAX_ECHO_BYTES};
@@ -81,6 +81,27 @@ pub enum AssemblerError {
 impl AssemblerError {
     pub fn class(&self) -> ErrorClass {
         ErrorClass::InvalidOutput
+    }
+
+    /// The attempt's failure. A call cut off at the request's own `max_tokens` is the
+    /// request's error (`BadRequest`): every route would cut it at the same place, so it is
+    /// neither repaired nor failed over, and it never counts against the route that honoured
+    /// the limit (else a client could open every route's breaker with a few such requests).
+    /// Every other rejection is the route's invalid output.
+    pub fn to_error(&self, max_tokens: Option<u32>) -> ProviderError {
+        match (self, max_tokens) {
+            (
+                AssemblerError::Incomplete {
+                    reason: FinishReason::Length,
+                    ..
+                },
+                Some(limit),
+            ) => ProviderError::new(
+                ErrorClass::BadRequest,
+                format!("{self}: max_tokens ({limit}) ends the answer inside the call; raise max_tokens"),
+            ),
+            _ => ProviderError::new(ErrorClass::InvalidOutput, self.to_string()),
+        }
     }
 
     pub fn metric_label(&self) -> &'static str {

@@ -17,7 +17,7 @@ use crate::mux::attempt::{Attempt, AttemptEvent};
 use crate::mux::seam::{Seam, SeamOut, SeamVerdict};
 use crate::mux::MuxError;
 use crate::telemetry as t;
-use crate::types::{FinishReason, MidStreamPolicy, StreamEvent};
+use crate::types::{Blame, FinishReason, MidStreamPolicy, StreamEvent};
 
 /// The committed attempt and how its text joins what the client holds.
 pub(super) struct Streaming {
@@ -126,6 +126,14 @@ impl Run {
                 self.routes.set(&route, RouteState::Failed);
                 // Close the failed upstream now, not when a recovery commits.
                 drop(s);
+                if err.class.blame() == Blame::Client {
+                    // The request's own error (its max_tokens cut a tool call): every route
+                    // would fail it the same way, so no policy runs; the client is told why.
+                    let error = self.error_event(&err);
+                    self.log_outcome(error.class.as_str());
+                    out.push(StreamEvent::Error(error));
+                    return State::Finished;
+                }
                 return State::Recovering(Recovering::Failed(route));
             }
         }

@@ -1,0 +1,95 @@
+//! What the client's own request causes is answered as the client's error, after one upstream
+//! attempt, and never counts against a route: a `max_tokens` that ends the answer inside a
+//! tool call, and a tool schema that does not compile. Before, each such request failed over
+//! through every route as "invalid output", and a few of them opened every route's breaker,
+//! so other clients got 503.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+fn config() -> String {
+    config_toml(
+        &[("a", "openai", "fast-stable"), ("b", "anthropic", "fast-stable")],
+        "[breaker]\nconsecutive_failures = 2\nmin_volume = 2\n",
+    )
+}
+
+fn tool_request(parameters: Value, max_tokens: Option<u32>) -> Value {
+    let mut body = json!({
+        "model": "chat",
+        "stream": true,
+        "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+        "tools": [{"type": "function", "function": {"name": "weather", "parameters": parameters}}],
+    });
+    if let Some(n) = max_tokens {
+        body["max_tokens"] = json!(n);
+    }
+    body
+}
+
+fn weather() -> Value {
+    json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+}
+
+fn upstream_requests(server: &tailcut::server::Running) -> usize {
+    server.sim.as_ref().map(|s| s.log().len()).unwrap_or_default()
+}
+
+/// A plain request after the abuse: served, by the first route, with no failed attempt.
+async fn still_served_by_a(server: &tailcut::server::Running) {
+    let reply = post_sse(&server.url(""), &tool_request(weather(), None), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let envelope = reply.envelope();
+    assert_eq!(envelope["route"], "a", "the first route still serves: {}", reply.raw);
+    assert_eq!(envelope["fell_back_from"], json!([]), "{}", reply.raw);
+}
+
+#[tokio::test]
+async fn a_tool_call_cut_at_the_clients_max_tokens_is_the_clients_error_after_one_attempt_and_opens_no_breaker() {
+    let server = start(&config()).await;
+    for i in 0..6 {
+        let before = upstream_requests(&server);
+        let reply = post_sse(&server.url(""), &tool_request(weather(), Some(1)), &[]).await;
+        // The route committed at the call's start (the role chunk is out), so the error is
+        // in band: the dialect's error chunk with the request's class, not a 5xx.
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.raw);
+        let error = reply
+            .chunks()
+            .into_iter()
+            .find_map(|c| c.get("error").cloned())
+            .unwrap_or(Value::Null);
+        assert_eq!(error["type"], "invalid_request_error", "request {i}: {}", reply.raw);
+        assert!(
+            reply.raw.contains("max_tokens (1) ends the answer inside the call"),
+            "says why and what to change: {}",
+            reply.raw
+        );
+        assert!(
+            !reply.raw.contains("\"arguments\""),
+            "no fragment of the call reaches the client: {}",
+            reply.raw
+        );
+        assert_eq!(
+            upstream_requests(&server) - before,
+            1,
+            "request {i}: one attempt, no repair and no failover"
+        );
+    }
+    still_served_by_a(&server).await;
+}
+
+#[tokio::test]
+async fn a_tool_schema_that_does_not_compile_is_a_400_before_any_attempt() {
+    let server = start(&config()).await;
+    for i in 0..6 {
+        let reply = post_sse(&server.url(""), &tool_request(json!({"type": "objekt"}), None), &[]).await;
+        assert_eq!(reply.status, 400, "request {i}: {}", reply.raw);
+        let body: Value = serde_json::from_str(&reply.raw).unwrap_or(Value::Null);
+        assert_eq!(body["error"]["code"], "invalid_tool_schema", "{}", reply.raw);
+        assert_eq!(body["error"]["param"], "tools[0]", "{}", reply.raw);
+    }
+    assert_eq!(upstream_requests(&server), 0, "no attempt was made");
+    still_served_by_a(&server).await;
+}
