@@ -53,10 +53,54 @@ impl DecodeError {
     /// A body that did not parse: JSON of the wrong shape, or not JSON at all.
     pub fn from_json(e: serde_json::Error) -> Self {
         match e.classify() {
-            serde_json::error::Category::Data => DecodeError::body(format!("invalid request: {e}")),
+            serde_json::error::Category::Data => {
+                DecodeError::body(format!("invalid request: {}", plain_json_error(&e)))
+            }
             _ => DecodeError::body(format!("the request body is not valid JSON: {e}")),
         }
     }
+
+    /// A request body must be one JSON object: serde would also read a struct from an array
+    /// of its fields in order (`["chat", [...]]`), which no client means.
+    pub fn require_object(body: &[u8]) -> Result<(), DecodeError> {
+        match body.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') | None => Ok(()),
+            Some(b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n') => {
+                Err(DecodeError::body("the request body must be a JSON object"))
+            }
+            // Not JSON at all: the decoder says where.
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// serde's message for a value of the wrong type, in the API's words rather than the Rust
+/// type's: `expected struct RawRequest` is `expected a JSON object`, `expected u32` is
+/// `expected a non-negative integer`. Other messages are kept as they are.
+pub fn plain_json_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let (head, place) = match text.rfind(" at line ") {
+        Some(at) => text.split_at(at),
+        None => (text.as_str(), ""),
+    };
+    let Some(at) = head.find(", expected ") else {
+        return text;
+    };
+    let (found, expected) = head.split_at(at);
+    let expected = &expected[", expected ".len()..];
+    let words = if expected.starts_with("struct ") || expected == "a map" {
+        "a JSON object"
+    } else if expected == "a sequence" || expected.starts_with("a sequence") {
+        "an array"
+    } else {
+        match expected {
+            "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative integer",
+            "i8" | "i16" | "i32" | "i64" | "isize" => "an integer",
+            "f32" | "f64" => "a number",
+            _ => return text,
+        }
+    };
+    format!("{found}, expected {words}{place}")
 }
 
 /// Everything a dialect needs to render one error, before or after commit.
@@ -263,6 +307,51 @@ impl From<DecodeError> for ErrorReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_that_is_not_an_object_is_refused_before_serde_reads_it_as_fields() {
+        for body in [&b"[\"chat\", []]"[..], b"  \"chat\"", b"12", b"null", b"true"] {
+            let err = DecodeError::require_object(body).expect_err("not an object");
+            assert_eq!(err.message, "the request body must be a JSON object");
+        }
+        for body in [&b"{}"[..], b" \n{\"model\": 1}", b"", b"<xml/>"] {
+            assert!(
+                DecodeError::require_object(body).is_ok(),
+                "left to the decoder: {body:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn type_errors_speak_of_json_not_of_rust_types() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct RawThing {
+            n: Option<u32>,
+            t: Option<f64>,
+            list: Option<Vec<u8>>,
+        }
+        let message = |text: &str| plain_json_error(&serde_json::from_str::<RawThing>(text).expect_err("a type error"));
+        assert_eq!(
+            message("null"),
+            "invalid type: null, expected a JSON object at line 1 column 4"
+        );
+        assert_eq!(
+            message(r#"{"n": -1}"#),
+            "invalid value: integer `-1`, expected a non-negative integer at line 1 column 8"
+        );
+        assert_eq!(
+            message(r#"{"t": "x"}"#),
+            "invalid type: string \"x\", expected a number at line 1 column 9"
+        );
+        assert!(
+            !message(r#"{"list": 3}"#).contains("sequence"),
+            "{}",
+            message(r#"{"list": 3}"#)
+        );
+        let other = serde_json::from_str::<RawThing>(r#"{"n": 1, "n": 2}"#).expect_err("duplicate");
+        assert_eq!(plain_json_error(&other), other.to_string(), "other messages are kept");
+    }
 
     #[test]
     fn retry_after_rounds_up_to_whole_seconds() {

@@ -44,6 +44,7 @@ struct RawTool {
 /// Decodes a Messages request body. Errors name the field the way Anthropic does
 /// (`messages.0.content.1`).
 pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
+    DecodeError::require_object(body)?;
     let raw: RawRequest = serde_json::from_slice(body).map_err(DecodeError::from_json)?;
     let model = raw
         .model

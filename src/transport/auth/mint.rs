@@ -72,7 +72,12 @@ impl Access {
         let asked: MintRequest = if body.iter().all(u8::is_ascii_whitespace) {
             MintRequest::default()
         } else {
-            serde_json::from_slice(body).map_err(|e| Refusal::BadMint(format!("invalid token request: {e}")))?
+            serde_json::from_slice(body).map_err(|e| {
+                Refusal::BadMint(format!(
+                    "invalid token request: {}",
+                    crate::transport::error::plain_json_error(&e)
+                ))
+            })?
         };
         let ttl = match asked.ttl_s {
             None => DEFAULT_TTL,

@@ -82,14 +82,22 @@ struct RawFunction {
 /// Decodes a request body. Malformed JSON, missing `model`/`messages` and unsupported
 /// values (`n > 1`, unknown roles or parts) are client errors.
 pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
+    DecodeError::require_object(body)?;
     let raw: RawRequest = serde_json::from_slice(body).map_err(DecodeError::from_json)?;
     from_raw(raw)
 }
 
 /// Decodes a request that arrived inside another JSON message (WebSocket, query string).
 pub fn decode_value(value: Value) -> Result<ChatRequest, DecodeError> {
-    let raw: RawRequest =
-        serde_json::from_value(value).map_err(|e| DecodeError::body(format!("invalid request: {e}")))?;
+    if !value.is_object() {
+        return Err(DecodeError::body("the request must be a JSON object"));
+    }
+    let raw: RawRequest = serde_json::from_value(value).map_err(|e| {
+        DecodeError::body(format!(
+            "invalid request: {}",
+            super::super::error::plain_json_error(&e)
+        ))
+    })?;
     from_raw(raw)
 }
 
@@ -706,7 +714,7 @@ mod tests {
         let e = decode_request(b"{\"model\": ").expect_err("truncated JSON fails");
         assert!(e.message.contains("not valid JSON"), "message: {}", e.message);
         let e = decode_request(b"[1,2]").expect_err("an array is not a request");
-        assert!(e.message.contains("invalid request"), "message: {}", e.message);
+        assert!(e.message.contains("must be a JSON object"), "message: {}", e.message);
         let e = decode(with("temperature", json!("hot"))).expect_err("wrong type fails");
         assert!(e.message.contains("invalid type"), "message: {}", e.message);
     }
