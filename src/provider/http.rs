@@ -161,4 +161,113 @@ mod tests {
         assert!(!shown.contains("sk-secret"), "the key is redacted: {shown}");
         assert!(shown.starts_with("Adapter {"), "named after the adapter: {shown}");
     }
+
+    #[test]
+    fn the_key_is_a_sensitive_header_that_debug_never_shows() {
+        let e = endpoint(Some("sk-secret-123"));
+        let mut request = e.post("/x", "req-1", &serde_json::json!({"a": 1})).expect("builds");
+        e.with_key(&mut request, http::header::AUTHORIZATION, |k| format!("Bearer {k}"))
+            .expect("a valid key");
+        let value = &request.headers()[http::header::AUTHORIZATION];
+        assert!(value.is_sensitive(), "never indexed by HTTP/2 header compression");
+        let shown = format!("{request:?}");
+        assert!(!shown.contains("sk-secret"), "{shown}");
+        assert_eq!(request.headers()["x-request-id"], "req-1");
+        assert_eq!(request.headers()["content-type"], "application/json");
+    }
+
+    mod over_sockets {
+        use std::sync::atomic::Ordering;
+
+        use futures::StreamExt;
+
+        use crate::provider::testkit::{hello, sse_answer, SocketServer};
+        use crate::provider::{http_client, Delta, ErrorClass, OpenAiProvider, Provider, POOL_MAX_IDLE_PER_HOST};
+
+        const TEXT: &str = include_str!("../../tests/fixtures/openai/text.sse");
+
+        fn provider(server: &SocketServer) -> OpenAiProvider {
+            OpenAiProvider::new(format!("{}/v1", server.base), "m".into(), None, http_client())
+        }
+
+        async fn answered(provider: &OpenAiProvider) -> Vec<Result<Delta, crate::provider::ProviderError>> {
+            match provider.open(hello("req-1")).await {
+                Ok(stream) => stream.collect().await,
+                Err(e) => vec![Err(e)],
+            }
+        }
+
+        #[tokio::test]
+        async fn an_answered_body_gives_its_connection_back_for_the_next_request() {
+            let server = SocketServer::start(&sse_answer(TEXT), false, 1).await;
+            let provider = provider(&server);
+            for _ in 0..3 {
+                let out = answered(&provider).await;
+                assert!(out.iter().all(Result::is_ok), "{out:?}");
+                // The rest of the body is read in the background for at most this long.
+                tokio::time::sleep(crate::provider::DRAIN_FOR).await;
+            }
+            assert_eq!(server.requests.load(Ordering::SeqCst), 3);
+            assert_eq!(server.accepted.load(Ordering::SeqCst), 1, "one pooled connection");
+        }
+
+        #[tokio::test]
+        async fn after_a_burst_only_the_pool_bound_of_connections_stays_open() {
+            let burst = POOL_MAX_IDLE_PER_HOST + 4;
+            let server = SocketServer::start(&sse_answer(TEXT), false, burst).await;
+            let provider = provider(&server);
+            let outs = futures::future::join_all((0..burst).map(|_| answered(&provider))).await;
+            assert!(outs.iter().flatten().all(Result::is_ok), "{outs:?}");
+            assert_eq!(server.accepted.load(Ordering::SeqCst), burst, "all in flight at once");
+            let closed = SocketServer::reaches(&server.closed, burst - POOL_MAX_IDLE_PER_HOST).await;
+            assert_eq!(
+                closed,
+                burst - POOL_MAX_IDLE_PER_HOST,
+                "the rest is closed as it comes back"
+            );
+            tokio::time::sleep(crate::provider::DRAIN_FOR).await;
+            assert_eq!(
+                server.closed.load(Ordering::SeqCst),
+                burst - POOL_MAX_IDLE_PER_HOST,
+                "{POOL_MAX_IDLE_PER_HOST} stay idle in the pool"
+            );
+        }
+
+        #[tokio::test]
+        async fn a_body_cut_before_the_answer_finished_is_unavailable() {
+            let head = TEXT.split("\n\n").take(2).collect::<Vec<_>>().join("\n\n") + "\n\n";
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{head}",
+                head.len() + 100
+            );
+            let server = SocketServer::start(&answer, true, 1).await;
+            let out = answered(&provider(&server)).await;
+            let e = match out.last() {
+                Some(Err(e)) => e.clone(),
+                other => panic!("the answer never finished: {other:?} in {out:?}"),
+            };
+            assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
+            assert!(e.message.starts_with("upstream body failed"), "{}", e.message);
+            assert!(
+                out.iter().any(|d| matches!(d, Ok(Delta::Text(_)))),
+                "what arrived is kept: {out:?}"
+            );
+        }
+
+        #[tokio::test]
+        async fn a_redirect_is_an_unexpected_status_and_is_not_followed() {
+            let answer = "HTTP/1.1 302 Found\r\nlocation: /v1/elsewhere\r\ncontent-length: 0\r\n\r\n";
+            let server = SocketServer::start(answer, false, 1).await;
+            let e = match provider(&server).open(hello("req-1")).await {
+                Ok(_) => panic!("a 302 opens no stream"),
+                Err(e) => e,
+            };
+            assert_eq!((e.class, e.status), (ErrorClass::Protocol, Some(302)), "{e}");
+            assert_eq!(
+                server.requests.load(Ordering::SeqCst),
+                1,
+                "nothing followed the location"
+            );
+        }
+    }
 }
