@@ -4,12 +4,17 @@
 
 use std::fmt;
 
+use bytes::Bytes;
 use futures::future::BoxFuture;
-use reqwest::header::{HeaderName, HeaderValue, ACCEPT};
-use reqwest::RequestBuilder;
+use http::header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use http::{Method, Request, Uri};
+use http_body_util::{BodyDataStream, Full};
 use serde::Serialize;
 
+use super::client::{HttpClient, RequestBody};
 use super::{classify_response, classify_transport, drive, DeltaStream, ErrorClass, ProviderError, WireDecoder};
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Where one route's requests go and who they go as.
 pub(crate) struct Endpoint {
@@ -18,11 +23,11 @@ pub(crate) struct Endpoint {
     /// The upstream's model id.
     pub model: String,
     api_key: Option<String>,
-    client: reqwest::Client,
+    client: HttpClient,
 }
 
 impl Endpoint {
-    pub fn new(base_url: String, model: String, api_key: Option<String>, client: reqwest::Client) -> Self {
+    pub fn new(base_url: String, model: String, api_key: Option<String>, client: HttpClient) -> Self {
         let base_url = base_url.trim_end_matches('/').to_string();
         Endpoint {
             base_url,
@@ -32,30 +37,65 @@ impl Endpoint {
         }
     }
 
-    /// A streaming POST of `body` to `{base_url}{path}`, correlated by `x-request-id`.
-    pub fn post(&self, path: &str, request_id: &str, body: &impl Serialize) -> RequestBuilder {
-        self.client
-            .post(format!("{}{path}", self.base_url))
-            .header(ACCEPT, "text/event-stream")
-            .header("x-request-id", request_id)
-            .json(body)
+    /// A streaming POST of `body` (serialized once, into the bytes sent) to
+    /// `{base_url}{path}`, correlated by `x-request-id`.
+    pub fn post(
+        &self,
+        path: &str,
+        request_id: &str,
+        body: &impl Serialize,
+    ) -> Result<Request<RequestBody>, ProviderError> {
+        let uri: Uri = format!("{}{path}", self.base_url)
+            .parse()
+            .map_err(|_| unbuildable("the route's base_url does not make a valid URL"))?;
+        let request_id =
+            HeaderValue::from_str(request_id).map_err(|_| unbuildable("the request id is not a valid header value"))?;
+        let body = serde_json::to_vec(body).map_err(|e| unbuildable(&format!("the body did not serialize: {e}")))?;
+        let mut request = Request::new(Full::new(Bytes::from(body)));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(X_REQUEST_ID, request_id);
+        Ok(request)
     }
 
     /// Adds the route's key, if it has one, as the sensitive header `name` whose value
     /// `render` makes from the key. A key that cannot be a header value is an auth error.
     pub fn with_key(
         &self,
-        builder: RequestBuilder,
+        request: &mut Request<RequestBody>,
         name: HeaderName,
         render: impl FnOnce(&str) -> String,
-    ) -> Result<RequestBuilder, ProviderError> {
+    ) -> Result<(), ProviderError> {
         let Some(key) = &self.api_key else {
-            return Ok(builder);
+            return Ok(());
         };
         let mut value = HeaderValue::from_str(&render(key))
             .map_err(|_| ProviderError::new(ErrorClass::Auth, "the route's api key is not a valid header value"))?;
+        // Never indexed by HTTP/2's header compression, and shown as `Sensitive` by `Debug`.
         value.set_sensitive(true);
-        Ok(builder.header(name, value))
+        request.headers_mut().insert(name, value);
+        Ok(())
+    }
+
+    /// Sends a prepared request and, once the upstream answers 2xx, runs `decoder` over
+    /// its body. A request that could not be prepared, a transport failure and a non-2xx
+    /// answer all resolve to a classified `Err`.
+    pub fn open<D: WireDecoder>(
+        &self,
+        request: Result<Request<RequestBody>, ProviderError>,
+        decoder: D,
+    ) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
+        let sent = request.map(|request| self.client.request(request));
+        Box::pin(async move {
+            let response = sent?.await.map_err(|e| classify_transport(&e))?;
+            if !response.status().is_success() {
+                return Err(classify_response(response).await);
+            }
+            Ok(drive(BodyDataStream::new(response.into_body()), decoder))
+        })
     }
 
     /// The fields of an adapter's `Debug`, with the key redacted.
@@ -68,20 +108,11 @@ impl Endpoint {
     }
 }
 
-/// Sends a prepared request and, once the upstream answers 2xx, runs `decoder` over its
-/// body. A request that could not be prepared, a transport failure and a non-2xx answer
-/// all resolve to a classified `Err`.
-pub(crate) fn open_stream<D: WireDecoder>(
-    request: Result<RequestBuilder, ProviderError>,
-    decoder: D,
-) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
-    Box::pin(async move {
-        let response = request?.send().await.map_err(|e| classify_transport(&e))?;
-        if !response.status().is_success() {
-            return Err(classify_response(response).await);
-        }
-        Ok(drive(response.bytes_stream(), decoder))
-    })
+fn unbuildable(why: &str) -> ProviderError {
+    ProviderError::new(
+        ErrorClass::Internal,
+        format!("could not build the upstream request: {why}"),
+    )
 }
 
 #[cfg(test)]
@@ -110,9 +141,9 @@ mod tests {
     #[test]
     fn a_key_that_is_not_a_header_value_is_an_auth_error() {
         let e = endpoint(Some("bad\nkey"));
-        let builder = e.post("/x", "req-1", &serde_json::json!({}));
+        let mut request = e.post("/x", "req-1", &serde_json::json!({})).expect("builds");
         let err = e
-            .with_key(builder, reqwest::header::AUTHORIZATION, |k| format!("Bearer {k}"))
+            .with_key(&mut request, http::header::AUTHORIZATION, |k| format!("Bearer {k}"))
             .err()
             .map(|e| e.class);
         assert_eq!(err, Some(ErrorClass::Auth), "a newline cannot go into a header");
@@ -129,5 +160,114 @@ mod tests {
         let shown = format!("{:?}", Shown(endpoint(Some("sk-secret"))));
         assert!(!shown.contains("sk-secret"), "the key is redacted: {shown}");
         assert!(shown.starts_with("Adapter {"), "named after the adapter: {shown}");
+    }
+
+    #[test]
+    fn the_key_is_a_sensitive_header_that_debug_never_shows() {
+        let e = endpoint(Some("sk-secret-123"));
+        let mut request = e.post("/x", "req-1", &serde_json::json!({"a": 1})).expect("builds");
+        e.with_key(&mut request, http::header::AUTHORIZATION, |k| format!("Bearer {k}"))
+            .expect("a valid key");
+        let value = &request.headers()[http::header::AUTHORIZATION];
+        assert!(value.is_sensitive(), "never indexed by HTTP/2 header compression");
+        let shown = format!("{request:?}");
+        assert!(!shown.contains("sk-secret"), "{shown}");
+        assert_eq!(request.headers()["x-request-id"], "req-1");
+        assert_eq!(request.headers()["content-type"], "application/json");
+    }
+
+    mod over_sockets {
+        use std::sync::atomic::Ordering;
+
+        use futures::StreamExt;
+
+        use crate::provider::testkit::{hello, sse_answer, SocketServer};
+        use crate::provider::{http_client, Delta, ErrorClass, OpenAiProvider, Provider, POOL_MAX_IDLE_PER_HOST};
+
+        const TEXT: &str = include_str!("../../tests/fixtures/openai/text.sse");
+
+        fn provider(server: &SocketServer) -> OpenAiProvider {
+            OpenAiProvider::new(format!("{}/v1", server.base), "m".into(), None, http_client())
+        }
+
+        async fn answered(provider: &OpenAiProvider) -> Vec<Result<Delta, crate::provider::ProviderError>> {
+            match provider.open(hello("req-1")).await {
+                Ok(stream) => stream.collect().await,
+                Err(e) => vec![Err(e)],
+            }
+        }
+
+        #[tokio::test]
+        async fn an_answered_body_gives_its_connection_back_for_the_next_request() {
+            let server = SocketServer::start(&sse_answer(TEXT), false, 1).await;
+            let provider = provider(&server);
+            for _ in 0..3 {
+                let out = answered(&provider).await;
+                assert!(out.iter().all(Result::is_ok), "{out:?}");
+                // The rest of the body is read in the background for at most this long.
+                tokio::time::sleep(crate::provider::DRAIN_FOR).await;
+            }
+            assert_eq!(server.requests.load(Ordering::SeqCst), 3);
+            assert_eq!(server.accepted.load(Ordering::SeqCst), 1, "one pooled connection");
+        }
+
+        #[tokio::test]
+        async fn after_a_burst_only_the_pool_bound_of_connections_stays_open() {
+            let burst = POOL_MAX_IDLE_PER_HOST + 4;
+            let server = SocketServer::start(&sse_answer(TEXT), false, burst).await;
+            let provider = provider(&server);
+            let outs = futures::future::join_all((0..burst).map(|_| answered(&provider))).await;
+            assert!(outs.iter().flatten().all(Result::is_ok), "{outs:?}");
+            assert_eq!(server.accepted.load(Ordering::SeqCst), burst, "all in flight at once");
+            let closed = SocketServer::reaches(&server.closed, burst - POOL_MAX_IDLE_PER_HOST).await;
+            assert_eq!(
+                closed,
+                burst - POOL_MAX_IDLE_PER_HOST,
+                "the rest is closed as it comes back"
+            );
+            tokio::time::sleep(crate::provider::DRAIN_FOR).await;
+            assert_eq!(
+                server.closed.load(Ordering::SeqCst),
+                burst - POOL_MAX_IDLE_PER_HOST,
+                "{POOL_MAX_IDLE_PER_HOST} stay idle in the pool"
+            );
+        }
+
+        #[tokio::test]
+        async fn a_body_cut_before_the_answer_finished_is_unavailable() {
+            let head = TEXT.split("\n\n").take(2).collect::<Vec<_>>().join("\n\n") + "\n\n";
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{head}",
+                head.len() + 100
+            );
+            let server = SocketServer::start(&answer, true, 1).await;
+            let out = answered(&provider(&server)).await;
+            let e = match out.last() {
+                Some(Err(e)) => e.clone(),
+                other => panic!("the answer never finished: {other:?} in {out:?}"),
+            };
+            assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
+            assert!(e.message.starts_with("upstream body failed"), "{}", e.message);
+            assert!(
+                out.iter().any(|d| matches!(d, Ok(Delta::Text(_)))),
+                "what arrived is kept: {out:?}"
+            );
+        }
+
+        #[tokio::test]
+        async fn a_redirect_is_an_unexpected_status_and_is_not_followed() {
+            let answer = "HTTP/1.1 302 Found\r\nlocation: /v1/elsewhere\r\ncontent-length: 0\r\n\r\n";
+            let server = SocketServer::start(answer, false, 1).await;
+            let e = match provider(&server).open(hello("req-1")).await {
+                Ok(_) => panic!("a 302 opens no stream"),
+                Err(e) => e,
+            };
+            assert_eq!((e.class, e.status), (ErrorClass::Protocol, Some(302)), "{e}");
+            assert_eq!(
+                server.requests.load(Ordering::SeqCst),
+                1,
+                "nothing followed the location"
+            );
+        }
     }
 }

@@ -14,6 +14,7 @@
 //! (T11).
 
 pub mod anthropic;
+mod client;
 mod error;
 mod http;
 pub mod openai;
@@ -31,9 +32,10 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 
 pub use anthropic::AnthropicProvider;
+pub use client::{http_client, HttpClient, CONNECT_TIMEOUT, POOL_IDLE_TIMEOUT, POOL_MAX_IDLE_PER_HOST};
 pub use error::{
-    classify_in_band, classify_response, classify_status, classify_transport, redact, register_secret, Blame,
-    ErrorClass, ProviderError, MAX_ERROR_BODY_BYTES, MIN_SECRET_CHARS,
+    classify_body, classify_in_band, classify_response, classify_status, classify_transport, redact, register_secret,
+    Blame, ErrorClass, ProviderError, MAX_ERROR_BODY_BYTES, MIN_SECRET_CHARS,
 };
 pub use openai::OpenAiProvider;
 pub use retry_after::retry_after;
@@ -87,21 +89,6 @@ pub trait Provider: Send + Sync + 'static {
 }
 
 pub type SharedProvider = Arc<dyn Provider>;
-
-/// The HTTP client every adapter shares: one connection pool per upstream host, no overall
-/// timeout (the mux owns deadlines and stall detection), TCP_NODELAY for first tokens.
-pub fn http_client() -> reqwest::Client {
-    // reqwest is built with `rustls-no-provider`; ring is the provider. A second install
-    // fails harmlessly when another part of the process got there first.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(64)
-        .connect_timeout(Duration::from_secs(5))
-        .build()
-        .expect("the HTTP client builds once a TLS crypto provider is installed")
-}
 
 /// How long a stream may go on after its finish signal (for trailing usage or `[DONE]`)
 /// before it counts as ended; counted from the finish, never restarted.
@@ -228,10 +215,7 @@ where
 
 fn sse_failure(err: SseError) -> ProviderError {
     match err {
-        SseError::Transport(inner) => match inner.downcast_ref::<reqwest::Error>() {
-            Some(e) => classify_transport(e),
-            None => ProviderError::new(ErrorClass::Unavailable, format!("upstream body failed: {inner}")),
-        },
+        SseError::Transport(inner) => classify_body(inner.as_ref()),
         other => ProviderError::new(ErrorClass::Protocol, format!("malformed upstream stream: {other}")),
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::HeaderMap;
+use http::HeaderMap;
 
 /// The wait the upstream asked for, if it said. `rate_limited` enables the reset headers,
 /// which every response carries and which only mean "wait" on a 429.

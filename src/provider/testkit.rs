@@ -210,3 +210,111 @@ pub fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
     }
     map
 }
+
+/// A loopback HTTP/1.1 upstream at the socket level, for what `ReplayServer` cannot show:
+/// how many connections the client opened and closed, and answers cut mid-body. Each
+/// request on a connection gets `answer` (raw bytes: status line, headers, body); `cut`
+/// closes the connection after the first answer. With `together` = N, no answer is written
+/// before N requests arrived (N streams in flight at once).
+pub struct SocketServer {
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    pub accepted: Arc<std::sync::atomic::AtomicUsize>,
+    pub requests: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections the client closed.
+    pub closed: Arc<std::sync::atomic::AtomicUsize>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl SocketServer {
+    pub async fn start(answer: &str, cut: bool, together: usize) -> Self {
+        use std::sync::atomic::AtomicUsize;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let (accepted, requests, closed) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let barrier = Arc::new(tokio::sync::Barrier::new(together.max(1)));
+        let answer = Bytes::copy_from_slice(answer.as_bytes());
+        let counts = (accepted.clone(), requests.clone(), closed.clone());
+        let server = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counts.0.fetch_add(1, Ordering::SeqCst);
+                let (requests, closed, barrier, answer) =
+                    (counts.1.clone(), counts.2.clone(), barrier.clone(), answer.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut read = [0u8; 4096];
+                    let mut first = true;
+                    loop {
+                        // One request: its head, then `content-length` bytes of body.
+                        let head_end = loop {
+                            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break i + 4;
+                            }
+                            match socket.read(&mut read).await {
+                                Ok(0) | Err(_) => {
+                                    closed.fetch_add(1, Ordering::SeqCst);
+                                    return;
+                                }
+                                Ok(n) => buf.extend_from_slice(&read[..n]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        while buf.len() < head_end + length {
+                            match socket.read(&mut read).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&read[..n]),
+                            }
+                        }
+                        buf.drain(..head_end + length);
+                        requests.fetch_add(1, Ordering::SeqCst);
+                        if first {
+                            barrier.wait().await;
+                            first = false;
+                        }
+                        if socket.write_all(&answer).await.is_err() || cut {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        SocketServer {
+            base: format!("http://{addr}"),
+            accepted,
+            requests,
+            closed,
+            _server: server,
+        }
+    }
+
+    /// Waits (bounded) until `counter` reaches `at_least`; its value then.
+    pub async fn reaches(counter: &std::sync::atomic::AtomicUsize, at_least: usize) -> usize {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while counter.load(Ordering::SeqCst) < at_least {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        counter.load(Ordering::SeqCst)
+    }
+}
+
+/// An HTTP/1.1 200 answer of `sse` with its length.
+pub fn sse_answer(sse: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{sse}",
+        sse.len()
+    )
+}

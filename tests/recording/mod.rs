@@ -30,6 +30,17 @@ struct Shared {
     client: reqwest::Client,
 }
 
+/// The front's own client to the simulator: plain HTTP on loopback, but reqwest wants a TLS
+/// provider chosen before it builds.
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .build()
+        .expect("client")
+}
+
 impl Recording {
     /// Starts the simulator with `scenarios` (JSON, as `[sim.scenarios.*]` takes them) and the
     /// front with one script per route.
@@ -46,8 +57,7 @@ impl Recording {
                 .map(|(r, s)| (r.to_string(), s.iter().map(|x| x.to_string()).collect()))
                 .collect(),
             seen: Mutex::default(),
-            // tailcut's own upstream client (its TLS provider installed; plain HTTP here).
-            client: tailcut::provider::http_client(),
+            client: client(),
         });
         let app = axum::Router::new()
             .route("/r/{route}/{*rest}", axum::routing::post(forward))

@@ -8,13 +8,14 @@ mod types;
 use std::fmt;
 
 use futures::future::BoxFuture;
-use reqwest::header::HeaderName;
-use reqwest::RequestBuilder;
+use http::header::{HeaderName, HeaderValue};
+use http::Request;
 
 pub use request::DEFAULT_MAX_TOKENS;
 
-use crate::provider::http::{open_stream, Endpoint};
-use crate::provider::{DeltaStream, Provider, ProviderError, UpstreamRequest};
+use crate::provider::client::RequestBody;
+use crate::provider::http::Endpoint;
+use crate::provider::{DeltaStream, HttpClient, Provider, ProviderError, UpstreamRequest};
 
 /// The API version this adapter speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -25,21 +26,23 @@ pub struct AnthropicProvider {
 }
 
 impl AnthropicProvider {
-    pub fn new(base_url: String, model: String, api_key: Option<String>, client: reqwest::Client) -> Self {
+    pub fn new(base_url: String, model: String, api_key: Option<String>, client: HttpClient) -> Self {
         AnthropicProvider {
             endpoint: Endpoint::new(base_url, model, api_key, client),
         }
     }
 
     /// One attempt's POST: the body in this wire format, its headers and the route's key.
-    fn request(&self, req: &UpstreamRequest) -> Result<RequestBuilder, ProviderError> {
+    fn request(&self, req: &UpstreamRequest) -> Result<Request<RequestBody>, ProviderError> {
         let body = request::build_body(req, &self.endpoint.model)?;
-        let builder = self
-            .endpoint
-            .post("/v1/messages", &req.request_id, &body)
-            .header("anthropic-version", ANTHROPIC_VERSION);
+        let mut request = self.endpoint.post("/v1/messages", &req.request_id, &body)?;
+        request.headers_mut().insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
         self.endpoint
-            .with_key(builder, HeaderName::from_static("x-api-key"), str::to_string)
+            .with_key(&mut request, HeaderName::from_static("x-api-key"), str::to_string)?;
+        Ok(request)
     }
 }
 
@@ -51,7 +54,7 @@ impl fmt::Debug for AnthropicProvider {
 
 impl Provider for AnthropicProvider {
     fn open(&self, req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
-        open_stream(self.request(&req), stream::EventDecoder::default())
+        self.endpoint.open(self.request(&req), stream::EventDecoder::default())
     }
 }
 

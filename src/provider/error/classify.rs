@@ -12,7 +12,8 @@
 //! ("upstream answered 401: authentication failed (…)") followed by at most
 //! `MAX_EXCERPT_CHARS` of what the upstream said, redacted before it is cut.
 
-use reqwest::header::HeaderMap;
+use http::HeaderMap;
+use http_body_util::BodyExt;
 use serde_json::Value;
 
 use super::redact::redact;
@@ -92,42 +93,90 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &[u8]) -> Provide
 }
 
 /// Reads a failed response's body (at most `MAX_ERROR_BODY_BYTES`) and classifies it.
-pub async fn classify_response(mut response: reqwest::Response) -> ProviderError {
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let mut body = Vec::new();
+pub async fn classify_response<B>(response: http::Response<B>) -> ProviderError
+where
+    B: http_body::Body<Data = bytes::Bytes> + Unpin,
+{
+    let (head, mut body) = response.into_parts();
+    let mut read = Vec::new();
     // A body that fails half-way is still classified by what arrived.
-    while let Ok(Some(chunk)) = response.chunk().await {
-        let room = MAX_ERROR_BODY_BYTES - body.len();
-        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if body.len() >= MAX_ERROR_BODY_BYTES {
+    while read.len() < MAX_ERROR_BODY_BYTES {
+        let Some(Ok(frame)) = body.frame().await else {
             break;
+        };
+        if let Some(chunk) = frame.data_ref() {
+            let room = MAX_ERROR_BODY_BYTES - read.len();
+            read.extend_from_slice(&chunk[..chunk.len().min(room)]);
         }
     }
-    classify_status(status, &headers, &body)
+    classify_status(head.status.as_u16(), &head.headers, &read)
 }
 
-/// Classifies a failure to reach the upstream or to read its body.
-pub fn classify_transport(err: &reqwest::Error) -> ProviderError {
+/// Classifies a failure to reach the upstream or to send it the request (the error of
+/// hyper-util's client, whatever its source: the connector's, hyper's, the socket's).
+pub fn classify_transport(err: &(dyn std::error::Error + 'static)) -> ProviderError {
+    let (class, what) = if timed_out(err) {
+        (ErrorClass::Timeout, "upstream timed out")
+    } else if is_connect(err) && is_tls(err) {
+        (ErrorClass::Unavailable, "could not connect to upstream (TLS)")
+    } else if is_connect(err) {
+        (ErrorClass::Unavailable, "could not connect to upstream")
+    } else {
+        (ErrorClass::Unavailable, "upstream connection failed")
+    };
+    transport_error(class, what, err)
+}
+
+/// Classifies a failure while reading an answered upstream's body.
+pub fn classify_body(err: &(dyn std::error::Error + 'static)) -> ProviderError {
+    if timed_out(err) {
+        return transport_error(ErrorClass::Timeout, "upstream timed out", err);
+    }
+    transport_error(ErrorClass::Unavailable, "upstream body failed", err)
+}
+
+fn transport_error(class: ErrorClass, what: &str, err: &(dyn std::error::Error + 'static)) -> ProviderError {
     let mut detail = err.to_string();
-    let mut source = std::error::Error::source(err);
+    let mut source = err.source();
     while let Some(inner) = source {
         detail = format!("{detail}: {inner}");
         source = inner.source();
     }
-    let (class, what) = if err.is_timeout() {
-        (ErrorClass::Timeout, "upstream timed out")
-    } else if err.is_connect() {
-        (ErrorClass::Unavailable, "could not connect to upstream")
-    } else if err.is_builder() {
-        (ErrorClass::Internal, "could not build the upstream request")
-    } else if err.is_body() || err.is_decode() {
-        (ErrorClass::Unavailable, "upstream body failed")
-    } else {
-        (ErrorClass::Unavailable, "upstream connection failed")
-    };
-    // The detail names the URL, whose query may carry a key.
+    // A detail could quote what the upstream sent; redacted like any upstream text.
     ProviderError::new(class, bound(&redact(&format!("{what}: {detail}")), MAX_DETAIL_CHARS))
+}
+
+/// Every error in `err`'s chain, `err` first, looking inside `io::Error`s too (whose
+/// `source` skips the error they wrap).
+fn chain<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| {
+        e.downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static))
+            .or_else(|| e.source())
+    })
+}
+
+fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
+    chain(err).any(|e| {
+        e.is::<crate::provider::client::ConnectTimedOut>()
+            || e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout)
+            || e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    })
+}
+
+fn is_connect(err: &(dyn std::error::Error + 'static)) -> bool {
+    chain(err).any(|e| {
+        e.downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(hyper_util::client::legacy::Error::is_connect)
+    })
+}
+
+fn is_tls(err: &(dyn std::error::Error + 'static)) -> bool {
+    chain(err).any(|e| e.is::<rustls::Error>())
 }
 
 /// Classifies an error payload that arrived inside a 200 stream (T10): OpenAI-style
@@ -630,9 +679,12 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
         drop(listener);
+        let mut request = http::Request::new(http_body_util::Full::new(bytes::Bytes::new()));
+        *request.uri_mut() = format!("http://{addr}/v1/models?key=AIzaSyA-secret-value")
+            .parse()
+            .expect("uri");
         let err = crate::provider::http_client()
-            .get(format!("http://{addr}/v1/models?key=AIzaSyA-secret-value"))
-            .send()
+            .request(request)
             .await
             .expect_err("nothing listens on a dropped port");
         let e = classify_transport(&err);
@@ -643,5 +695,30 @@ mod tests {
             "a key in the URL is redacted: {}",
             e.message
         );
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_before_the_answer_is_a_connection_failure() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        tokio::spawn(async move {
+            if let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = [0u8; 1024];
+                let _ = socket.read(&mut request).await;
+            }
+        });
+        let mut request = http::Request::new(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = format!("http://{addr}/v1/chat/completions").parse().expect("uri");
+        let err = crate::provider::http_client()
+            .request(request)
+            .await
+            .expect_err("the upstream hung up");
+        let e = classify_transport(&err);
+        assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
+        assert!(e.message.starts_with("upstream connection failed"), "{}", e.message);
     }
 }

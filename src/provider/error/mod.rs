@@ -15,7 +15,9 @@ mod redact;
 use std::time::Duration;
 
 pub use crate::types::{Blame, ErrorClass};
-pub use classify::{classify_in_band, classify_response, classify_status, classify_transport, MAX_ERROR_BODY_BYTES};
+pub use classify::{
+    classify_body, classify_in_band, classify_response, classify_status, classify_transport, MAX_ERROR_BODY_BYTES,
+};
 pub use redact::{redact, register_secret, MIN_SECRET_CHARS};
 
 /// A last bound on any message, whoever composed it (a failover summary names every

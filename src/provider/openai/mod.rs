@@ -8,11 +8,12 @@ mod types;
 use std::fmt;
 
 use futures::future::BoxFuture;
-use reqwest::header::AUTHORIZATION;
-use reqwest::RequestBuilder;
+use http::header::AUTHORIZATION;
+use http::Request;
 
-use crate::provider::http::{open_stream, Endpoint};
-use crate::provider::{DeltaStream, Provider, ProviderError, UpstreamRequest};
+use crate::provider::client::RequestBody;
+use crate::provider::http::Endpoint;
+use crate::provider::{DeltaStream, HttpClient, Provider, ProviderError, UpstreamRequest};
 
 pub struct OpenAiProvider {
     /// Its base URL includes the version prefix, e.g. `https://api.openai.com/v1`.
@@ -20,18 +21,19 @@ pub struct OpenAiProvider {
 }
 
 impl OpenAiProvider {
-    pub fn new(base_url: String, model: String, api_key: Option<String>, client: reqwest::Client) -> Self {
+    pub fn new(base_url: String, model: String, api_key: Option<String>, client: HttpClient) -> Self {
         OpenAiProvider {
             endpoint: Endpoint::new(base_url, model, api_key, client),
         }
     }
 
     /// One attempt's POST: the body in this wire format, its headers and the route's key.
-    fn request(&self, req: &UpstreamRequest) -> Result<RequestBuilder, ProviderError> {
+    fn request(&self, req: &UpstreamRequest) -> Result<Request<RequestBody>, ProviderError> {
         let body = request::build_body(req, &self.endpoint.model);
-        let builder = self.endpoint.post("/chat/completions", &req.request_id, &body);
+        let mut request = self.endpoint.post("/chat/completions", &req.request_id, &body)?;
         self.endpoint
-            .with_key(builder, AUTHORIZATION, |key| format!("Bearer {key}"))
+            .with_key(&mut request, AUTHORIZATION, |key| format!("Bearer {key}"))?;
+        Ok(request)
     }
 }
 
@@ -43,7 +45,7 @@ impl fmt::Debug for OpenAiProvider {
 
 impl Provider for OpenAiProvider {
     fn open(&self, req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
-        open_stream(self.request(&req), stream::ChunkDecoder::default())
+        self.endpoint.open(self.request(&req), stream::ChunkDecoder::default())
     }
 }
 

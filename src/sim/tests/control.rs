@@ -168,13 +168,13 @@ mod through_the_adapters {
                         handle.openai_base_url(scenario),
                         "up".to_owned(),
                         None,
-                        client(),
+                        crate::provider::http_client(),
                     )),
                     _ => Box::new(AnthropicProvider::new(
                         handle.anthropic_base_url(scenario),
                         "up".to_owned(),
                         None,
-                        client(),
+                        crate::provider::http_client(),
                     )),
                 }
             };
