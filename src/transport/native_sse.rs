@@ -181,7 +181,7 @@ pub async fn reply(
         id: request_id.to_string(),
     };
     let mut first = Vec::new();
-    encoder.encode(StreamEvent::Start(start), &mut first);
+    encoder.encode(StreamEvent::Start(Box::new(start)), &mut first);
     sse_response(
         headers,
         encoded(first, events, encoder),
@@ -234,7 +234,7 @@ mod tests {
         let sem = Arc::new(Semaphore::new(1));
         let permit = sem.clone().try_acquire_owned().expect("free permit");
         let events: EventStream = Box::pin(stream::iter(vec![
-            StreamEvent::Start(Envelope::default()),
+            StreamEvent::Start(Box::default()),
             StreamEvent::TextDelta("Hi".into()),
             StreamEvent::Reset {
                 reason: "route failed".into(),
@@ -242,7 +242,7 @@ mod tests {
             StreamEvent::TextDelta("Hello".into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: Envelope::default(),
+                envelope: Box::new(Envelope::default()),
             },
         ]));
         let resp = reply(events, "req_n1", Duration::from_secs(15), permit).await;

@@ -83,7 +83,7 @@ where
             let Some(event) = event else { break Stop::Ended };
             if let StreamEvent::Start(env) = &event {
                 capped_at = Some(Instant::now() + max_stream);
-                envelope = env.clone();
+                envelope = (**env).clone();
             }
             let terminal = matches!(event, StreamEvent::Finish { .. } | StreamEvent::Error(_));
             // A reader keeping up finds room at once: no timer is armed for it.
@@ -125,8 +125,8 @@ where
             yield event;
         }
         match stop_rx.await {
-            Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(cut_event(envelope)),
-            Ok(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope },
+            Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(Box::new(cut_event(envelope))),
+            Ok(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope: Box::new(envelope) },
             // Ended, stalled, or the task is gone: the dialect renders an unfinished stream
             // honestly.
             Ok(Stop::Ended | Stop::Stalled) | Err(_) => {}
@@ -163,7 +163,7 @@ mod tests {
         let guard = Slot(dropped);
         Box::pin(async_stream::stream! {
             let _guard = guard;
-            yield StreamEvent::Start(Envelope { route: Some("r".into()), ..Envelope::default() });
+            yield StreamEvent::Start(Box::new(Envelope { route: Some("r".into()), ..Envelope::default() }));
             loop {
                 yield StreamEvent::TextDelta("x".into());
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -304,11 +304,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_finished_answer_passes_through_unchanged() {
         let events: EventStream = Box::pin(futures::stream::iter(vec![
-            StreamEvent::Start(Envelope::default()),
+            StreamEvent::Start(Box::default()),
             StreamEvent::TextDelta("hi".into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: Envelope::default(),
+                envelope: Box::new(Envelope::default()),
             },
         ]));
         let out: Vec<StreamEvent> = pump(

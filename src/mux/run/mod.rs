@@ -186,7 +186,7 @@ impl Run {
         match self.first_token(true, None).await {
             Ok((cur, first)) => {
                 self.capped_at = Instant::now() + self.mux.config.server.max_stream;
-                out.push(StreamEvent::Start(self.env.clone()));
+                out.push(StreamEvent::Start(Box::new(self.env.clone())));
                 State::Streaming(self.streaming(cur, first, Seam::Pass))
             }
             Err(e) => {
@@ -196,7 +196,7 @@ impl Run {
                     Some(answer) => out.extend(self.serve_cached(answer)),
                     None => {
                         self.log_outcome(e.class.as_str());
-                        out.push(StreamEvent::Error(e));
+                        out.push(StreamEvent::Error(Box::new(e)));
                     }
                 }
                 State::Finished

@@ -64,7 +64,7 @@ impl Run {
                         self.record_abandoned(&mut s.cur, &MuxError::StreamCap.into());
                         self.env.policy = Some(MidStreamPolicy::Truncate);
                         self.log_outcome("truncated");
-                        out.push(StreamEvent::Finish { reason: FinishReason::Truncated, envelope: self.env.clone() });
+                        out.push(StreamEvent::Finish { reason: FinishReason::Truncated, envelope: Box::new(self.env.clone()) });
                         return State::Finished;
                     }
                 };
@@ -109,7 +109,7 @@ impl Run {
                 if self.mux.config.cache.enabled {
                     self.calls.push(call.clone());
                 }
-                out.push(StreamEvent::ToolCall(call));
+                out.push(StreamEvent::ToolCall(Box::new(call)));
             }
             AttemptEvent::Usage(u) => self.usage = Some(u),
             AttemptEvent::Finished(reason) => {
@@ -142,7 +142,7 @@ impl Run {
         self.log_outcome("completed");
         out.push(StreamEvent::Finish {
             reason,
-            envelope: self.env.clone(),
+            envelope: Box::new(self.env.clone()),
         });
     }
 

@@ -325,7 +325,7 @@ fn empty_input() -> Box<RawValue> {
 impl FrameEncoder for EventEncoder {
     fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
         match event {
-            StreamEvent::Start(envelope) => self.envelope = envelope,
+            StreamEvent::Start(envelope) => self.envelope = *envelope,
             StreamEvent::TextDelta(text) if text.is_empty() => {}
             StreamEvent::TextDelta(text) => self.text(&text, out),
             StreamEvent::ToolCall(call) => self.tool_call(&call, out),
@@ -340,7 +340,7 @@ impl FrameEncoder for EventEncoder {
                 reason: FinishReason::Truncated,
                 envelope,
             } => {
-                out.push(error_frame(&ErrorReply::truncated(envelope)));
+                out.push(error_frame(&ErrorReply::truncated(*envelope)));
                 return Flow::End;
             }
             StreamEvent::Finish { reason, envelope } => {
@@ -348,7 +348,7 @@ impl FrameEncoder for EventEncoder {
                 return Flow::End;
             }
             StreamEvent::Error(e) => {
-                out.push(error_frame(&ErrorReply::from_event(e)));
+                out.push(error_frame(&ErrorReply::from_event(*e)));
                 return Flow::End;
             }
         }
@@ -446,14 +446,14 @@ mod tests {
             vec![
                 StreamEvent::TextDelta("Hi".into()),
                 StreamEvent::TextDelta("!".into()),
-                StreamEvent::ToolCall(call),
+                StreamEvent::ToolCall(Box::new(call)),
                 StreamEvent::Usage(Usage {
                     input_tokens: 10,
                     output_tokens: 4,
                 }),
                 StreamEvent::Finish {
                     reason: FinishReason::ToolCalls,
-                    envelope: start(),
+                    envelope: Box::new(start()),
                 },
             ],
         );
@@ -483,7 +483,10 @@ mod tests {
         };
         let (text, _) = run(
             &mut encoder(),
-            vec![StreamEvent::ToolCall(call), StreamEvent::TextDelta("x".into())],
+            vec![
+                StreamEvent::ToolCall(Box::new(call)),
+                StreamEvent::TextDelta("x".into()),
+            ],
         );
         assert!(
             text.contains("\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\""),
@@ -505,13 +508,13 @@ mod tests {
             &mut encoder(),
             vec![
                 StreamEvent::TextDelta("par".into()),
-                StreamEvent::Error(ErrorEvent {
+                StreamEvent::Error(Box::new(ErrorEvent {
                     class: ErrorClass::Unavailable,
                     status: 502,
                     message: "route died".into(),
                     retry_after: None,
                     envelope: start(),
-                }),
+                })),
             ],
         );
         let expected_tail = format!(
@@ -529,7 +532,7 @@ mod tests {
             &mut encoder(),
             vec![StreamEvent::Finish {
                 reason: FinishReason::Truncated,
-                envelope: start(),
+                envelope: Box::new(start()),
             }],
         );
         assert!(text.starts_with("event: error\n"), "truncation is an error: {text}");

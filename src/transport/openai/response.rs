@@ -240,7 +240,7 @@ impl ChunkEncoder {
 impl FrameEncoder for ChunkEncoder {
     fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
         match event {
-            StreamEvent::Start(envelope) => self.envelope = envelope,
+            StreamEvent::Start(envelope) => self.envelope = *envelope,
             StreamEvent::TextDelta(text) if text.is_empty() => {}
             StreamEvent::TextDelta(text) => out.push(self.frame(
                 ChunkDelta {
@@ -268,7 +268,7 @@ impl FrameEncoder for ChunkEncoder {
             StreamEvent::Finish {
                 reason: FinishReason::Truncated,
                 envelope,
-            } => return self.fail(ErrorReply::truncated(envelope), out),
+            } => return self.fail(ErrorReply::truncated(*envelope), out),
             StreamEvent::Finish { reason, envelope } => {
                 out.push(self.frame(ChunkDelta::default(), Some(finish_reason(reason)), Some(&envelope)));
                 if let Some(usage) = self.usage.filter(|_| self.include_usage) {
@@ -277,7 +277,7 @@ impl FrameEncoder for ChunkEncoder {
                 out.push(Bytes::from_static(DONE_FRAME));
                 return Flow::End;
             }
-            StreamEvent::Error(e) => return self.fail(ErrorReply::from_event(e), out),
+            StreamEvent::Error(e) => return self.fail(ErrorReply::from_event(*e), out),
         }
         Flow::Continue
     }
@@ -416,7 +416,7 @@ mod tests {
             name: "get_weather".into(),
             arguments: r#"{"city":"Paris"}"#.into(),
         };
-        let (text, _) = run(&mut encoder(false), vec![StreamEvent::ToolCall(call)]);
+        let (text, _) = run(&mut encoder(false), vec![StreamEvent::ToolCall(Box::new(call))]);
         assert_eq!(
             text,
             format!(
@@ -440,7 +440,7 @@ mod tests {
                 StreamEvent::Usage(usage),
                 StreamEvent::Finish {
                     reason: FinishReason::Stop,
-                    envelope: env,
+                    envelope: Box::new(env),
                 },
             ],
         );
@@ -464,7 +464,7 @@ mod tests {
                 }),
                 StreamEvent::Finish {
                     reason: FinishReason::Length,
-                    envelope: start(),
+                    envelope: Box::new(start()),
                 },
             ],
         );
@@ -482,13 +482,13 @@ mod tests {
         let env_json = serde_json::to_string(&env).expect("envelope serializes");
         let (text, flow) = run(
             &mut encoder(false),
-            vec![StreamEvent::Error(ErrorEvent {
+            vec![StreamEvent::Error(Box::new(ErrorEvent {
                 class: ErrorClass::Unavailable,
                 status: 502,
                 message: "every route failed".into(),
                 retry_after: None,
                 envelope: env,
-            })],
+            }))],
         );
         assert_eq!(
             text,
@@ -504,7 +504,7 @@ mod tests {
             &mut encoder(false),
             vec![StreamEvent::Finish {
                 reason: FinishReason::Truncated,
-                envelope: start(),
+                envelope: Box::new(start()),
             }],
         );
         assert!(
