@@ -41,9 +41,9 @@ enum Stop {
     /// The inner stream ended (with its terminal event, or without one: the dialect says so).
     Ended,
     /// `max_stream` after commit.
-    Capped(Envelope),
+    Capped(Box<Envelope>),
     /// The drain cut the stream.
-    Cut(Envelope),
+    Cut(Box<Envelope>),
     /// The reader took no event for `stall`.
     Stalled,
 }
@@ -66,7 +66,8 @@ where
     let task = tokio::spawn(async move {
         let _slot = slot;
         let mut capped_at: Option<Instant> = None;
-        let mut envelope = Envelope::default();
+        // Boxed, like the event's: the task's future holds it (and `Stop`) for the stream's life.
+        let mut envelope = Box::<Envelope>::default();
         let cap = |at: Option<Instant>| async move {
             match at {
                 Some(at) => sleep_until(at).await,
@@ -83,7 +84,7 @@ where
             let Some(event) = event else { break Stop::Ended };
             if let StreamEvent::Start(env) = &event {
                 capped_at = Some(Instant::now() + max_stream);
-                envelope = (**env).clone();
+                envelope.clone_from(env);
             }
             let terminal = matches!(event, StreamEvent::Finish { .. } | StreamEvent::Error(_));
             // A reader keeping up finds room at once: no timer is armed for it.
@@ -125,8 +126,8 @@ where
             yield event;
         }
         match stop_rx.await {
-            Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(Box::new(cut_event(envelope))),
-            Ok(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope: Box::new(envelope) },
+            Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(Box::new(cut_event(*envelope))),
+            Ok(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope },
             // Ended, stalled, or the task is gone: the dialect renders an unfinished stream
             // honestly.
             Ok(Stop::Ended | Stop::Stalled) | Err(_) => {}
