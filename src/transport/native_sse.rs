@@ -19,7 +19,7 @@ use super::events::await_commit;
 use super::native::{ChatOptions, ServerMessage};
 use super::openai::{decode_request, decode_value};
 use super::sse_out::{
-    encoded, envelope_headers, event_frame, json_response, sse_response, Flow, FrameEncoder, PING_COMMENT,
+    encoded, envelope_headers, event_frame, json_response, sse_response, Flow, FrameEncoder, Frames, PING_COMMENT,
 };
 use crate::config::RequestLimits;
 use crate::transport::AppState;
@@ -179,6 +179,7 @@ pub async fn reply(
     let headers = envelope_headers(&start, request_id);
     let mut encoder = NativeEncoder {
         id: request_id.to_string(),
+        frames: Frames::default(),
     };
     let mut first = Vec::new();
     encoder.encode(StreamEvent::Start(Box::new(start)), &mut first);
@@ -200,12 +201,13 @@ pub fn error_response(reply: &ErrorReply, request_id: &str) -> Response {
 /// Each native message as `event: <type>` + its JSON; `id` is the request id.
 struct NativeEncoder {
     id: String,
+    frames: Frames,
 }
 
 impl FrameEncoder for NativeEncoder {
     fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
         let (message, terminal) = ServerMessage::from_event(&self.id, event);
-        out.push(event_frame(message.name(), &message));
+        out.push(self.frames.event(message.name(), &message));
         if terminal {
             Flow::End
         } else {
