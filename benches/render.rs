@@ -45,7 +45,7 @@ fn answer() -> Vec<StreamEvent> {
     }));
     events.push(StreamEvent::Finish {
         reason: FinishReason::Stop,
-        envelope: envelope(),
+        envelope: Box::new(envelope()),
     });
     events
 }

@@ -289,7 +289,7 @@ impl Gateway {
                     .exclusions()
                     .iter()
                     .all(|x| x.codes.contains(&ExclusionCode::ContextLength));
-                let event = StreamEvent::Error(ErrorEvent {
+                let event = StreamEvent::Error(Box::new(ErrorEvent {
                     class: if too_long {
                         ErrorClass::ContextLength
                     } else {
@@ -304,7 +304,7 @@ impl Gateway {
                         state_hash: crate::types::state_hash(&req).into(),
                         ..Envelope::default()
                     },
-                });
+                }));
                 Box::pin(futures::stream::iter([event])) as EventStream
             }
         };

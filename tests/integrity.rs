@@ -19,7 +19,7 @@ fn native() -> RequestCtx {
 
 fn error(evs: &[StreamEvent]) -> Option<&tailcut::types::ErrorEvent> {
     evs.iter().find_map(|e| match e {
-        StreamEvent::Error(e) => Some(e),
+        StreamEvent::Error(e) => Some(&**e),
         _ => None,
     })
 }

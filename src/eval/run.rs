@@ -143,7 +143,7 @@ async fn ask(gateway: &Gateway, route: String, item: &EvalItem) -> Outcome {
                         answer.refused |= matches!(reason, FinishReason::Refusal | FinishReason::ContentFilter);
                     }
                     StreamEvent::Error(e) if e.class == ErrorClass::Refusal => answer.refused = true,
-                    StreamEvent::Error(e) => answer.error = Some(e.message),
+                    StreamEvent::Error(e) => answer.error = Some(e.message.clone()),
                     StreamEvent::RouteSwitch { .. } => {}
                 }
             }

@@ -47,9 +47,34 @@ pub struct SseEvent {
     /// The `event:` field; `None` when absent or empty (the spec's default type "message").
     pub event: Option<String>,
     /// The `data:` lines joined with `\n`.
-    pub data: String,
+    pub data: SseData,
     /// The last event id seen on the stream (it persists across events, per spec).
     pub id: Option<String>,
+}
+
+/// An event's data, UTF-8. A one-line event's (every upstream's usual) is a slice of the
+/// line as it was read from the body, not a copy of it: no allocation per event.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SseData(Bytes);
+
+impl SseData {
+    pub fn as_str(&self) -> &str {
+        // Only ever made of whole lines that passed `from_utf8` and the `\n`s between them,
+        // so this cannot fail; checking again is one pass over the bytes and no `unsafe`.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for SseData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+impl PartialEq<&str> for SseData {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == other.as_bytes()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +104,12 @@ pub struct SseDecoder {
     skip_lf: bool,
     failed: bool,
     event_type: Option<String>,
+    /// The event's first `data:` line, as a slice of the line read.
+    first_data: Option<Bytes>,
+    /// The `data:` lines joined, once an event has a second one.
     data: String,
+    /// Bytes of data so far, with a `\n` after each line, for the event cap.
+    data_len: usize,
     has_data: bool,
     last_id: Option<String>,
 }
@@ -95,7 +125,9 @@ impl SseDecoder {
             skip_lf: false,
             failed: false,
             event_type: None,
+            first_data: None,
             data: String::new(),
+            data_len: 0,
             has_data: false,
             last_id: None,
         }
@@ -189,8 +221,14 @@ impl SseDecoder {
     fn fail(&mut self, error: SseError) -> SseError {
         self.failed = true;
         self.buf.clear();
-        self.data.clear();
+        self.clear_data();
         error
+    }
+
+    fn clear_data(&mut self) {
+        self.first_data = None;
+        self.data.clear();
+        self.data_len = 0;
     }
 
     fn process_line(&mut self, line: &Bytes) -> Result<Option<SseEvent>, SseError> {
@@ -200,6 +238,7 @@ impl SseDecoder {
         if line[0] == b':' {
             return Ok(None);
         }
+        let line_bytes = line;
         let line = std::str::from_utf8(line).map_err(|_| SseError::InvalidUtf8)?;
         let (field, value) = match line.split_once(':') {
             Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
@@ -208,18 +247,24 @@ impl SseDecoder {
         match field {
             "event" => self.event_type = (!value.is_empty()).then(|| value.to_string()),
             "data" => {
-                if self.data.len() + value.len() + 1 > self.limits.max_event_bytes {
+                if self.data_len + value.len() + 1 > self.limits.max_event_bytes {
                     return Err(SseError::TooLarge {
                         what: "event data",
                         limit: self.limits.max_event_bytes,
                     });
                 }
-                // The first line sizes the buffer for itself and its LF: one allocation for
-                // a one-line event (every upstream's usual), not a second to grow it.
-                self.data.reserve(value.len() + 1);
-                self.data.push_str(value);
-                self.data.push('\n');
-                self.has_data = true;
+                self.data_len += value.len() + 1;
+                if !self.has_data {
+                    // Kept as a slice of the line: a one-line event is never copied.
+                    self.first_data = Some(line_bytes.slice_ref(value.as_bytes()));
+                    self.has_data = true;
+                } else {
+                    if let Some(first) = self.first_data.take() {
+                        self.data.push_str(std::str::from_utf8(&first).unwrap_or_default());
+                    }
+                    self.data.push('\n');
+                    self.data.push_str(value);
+                }
             }
             "id" if !value.contains('\0') => self.last_id = Some(value.to_string()),
             // `retry:` sets a reconnection delay, which an upstream adapter never uses.
@@ -234,8 +279,11 @@ impl SseDecoder {
             return None;
         }
         self.has_data = false;
-        let mut data = std::mem::take(&mut self.data);
-        data.pop(); // the trailing LF every data line appended
+        self.data_len = 0;
+        let data = match self.first_data.take() {
+            Some(line) => SseData(line),
+            None => SseData(Bytes::from(std::mem::take(&mut self.data))),
+        };
         Some(SseEvent {
             event: event_type,
             data,
@@ -248,7 +296,7 @@ impl SseDecoder {
     pub fn finish(&mut self) -> bool {
         let leftover = !self.buf.is_empty() || self.has_data || self.event_type.is_some();
         self.buf.clear();
-        self.data.clear();
+        self.clear_data();
         self.has_data = false;
         self.event_type = None;
         self.failed = true;
@@ -325,6 +373,22 @@ mod tests {
 
     fn datas(events: &[SseEvent]) -> Vec<&str> {
         events.iter().map(|e| e.data.as_str()).collect()
+    }
+
+    #[test]
+    fn a_one_line_event_is_a_slice_of_what_was_read_not_a_copy() {
+        let mut decoder = SseDecoder::new(SseLimits::default());
+        decoder.push(b"event: x\ndata: {\"a\":1}\n\ndata: one\ndata: two\n\n");
+        let read = decoder.buf.as_ptr() as usize;
+        let first = decoder.next_event().ok().flatten().unwrap_or_default();
+        assert_eq!(first.data, "{\"a\":1}");
+        assert_eq!(
+            first.data.0.as_ptr() as usize,
+            read + "event: x\ndata: ".len(),
+            "the data points into the bytes read"
+        );
+        let second = decoder.next_event().ok().flatten().unwrap_or_default();
+        assert_eq!(second.data, "one\ntwo", "two lines are joined");
     }
 
     #[test]
@@ -444,7 +508,7 @@ mod tests {
             decoder.buf.len()
         );
         assert_eq!(
-            decoder.next_event().ok().flatten().map(|e| e.data),
+            decoder.next_event().ok().flatten().map(|e| e.data.as_str().to_string()),
             Some("fine".to_string())
         );
         assert!(
@@ -492,7 +556,7 @@ mod tests {
                 if let Some(d) = data.take() {
                     events.push(SseEvent {
                         event: event.take(),
-                        data: d,
+                        data: SseData(Bytes::from(d)),
                         id: id.clone(),
                     });
                 }

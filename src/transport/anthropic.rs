@@ -128,11 +128,11 @@ mod tests {
             ..Envelope::default()
         };
         Box::pin(stream::iter(vec![
-            StreamEvent::Start(env.clone()),
+            StreamEvent::Start(Box::new(env.clone())),
             StreamEvent::TextDelta("Hello".into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: env,
+                envelope: Box::new(env),
             },
         ]))
     }

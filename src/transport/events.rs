@@ -10,8 +10,8 @@ use crate::types::{Envelope, EventStream, FinishReason, StreamEvent, ToolCall, U
 /// nothing was committed and the client gets a real HTTP error.
 pub async fn await_commit(events: &mut EventStream) -> Result<Envelope, ErrorReply> {
     match events.next().await {
-        Some(StreamEvent::Start(envelope)) => Ok(envelope),
-        Some(StreamEvent::Error(e)) => Err(ErrorReply::from_event(e)),
+        Some(StreamEvent::Start(envelope)) => Ok(*envelope),
+        Some(StreamEvent::Error(e)) => Err(ErrorReply::from_event(*e)),
         Some(_) => Err(ErrorReply::broken_stream("did not begin with a start", None)),
         None => Err(ErrorReply::broken_stream("ended before it started", None)),
     }
@@ -48,7 +48,7 @@ pub async fn drain(start: Envelope, mut events: EventStream) -> Result<Answer, E
         match event {
             StreamEvent::Start(_) | StreamEvent::RouteSwitch { .. } => {}
             StreamEvent::TextDelta(t) => text.push_str(&t),
-            StreamEvent::ToolCall(call) => tool_calls.push(call),
+            StreamEvent::ToolCall(call) => tool_calls.push(*call),
             StreamEvent::Reset { .. } => {
                 text.clear();
                 tool_calls.clear();
@@ -57,17 +57,17 @@ pub async fn drain(start: Envelope, mut events: EventStream) -> Result<Answer, E
             StreamEvent::Finish {
                 reason: FinishReason::Truncated,
                 envelope,
-            } => return Err(ErrorReply::truncated(envelope)),
+            } => return Err(ErrorReply::truncated(*envelope)),
             StreamEvent::Finish { reason, envelope } => {
                 return Ok(Answer {
                     text,
                     tool_calls,
                     usage,
                     finish: reason,
-                    envelope,
+                    envelope: *envelope,
                 })
             }
-            StreamEvent::Error(e) => return Err(ErrorReply::after_commit(e)),
+            StreamEvent::Error(e) => return Err(ErrorReply::after_commit(*e)),
         }
     }
     Err(ErrorReply::broken_stream("ended without a finish", Some(start)))
@@ -87,29 +87,29 @@ mod tests {
     fn finish(reason: FinishReason) -> StreamEvent {
         StreamEvent::Finish {
             reason,
-            envelope: Envelope::default(),
+            envelope: Box::new(Envelope::default()),
         }
     }
 
     #[tokio::test]
     async fn commit_is_the_start_event() {
-        let mut s = events(vec![StreamEvent::Start(Envelope {
+        let mut s = events(vec![StreamEvent::Start(Box::new(Envelope {
             attempts: 2,
             ..Envelope::default()
-        })]);
+        }))]);
         let env = await_commit(&mut s).await;
         assert_eq!(env.map(|e| e.attempts), Ok(2), "start's envelope is returned");
     }
 
     #[tokio::test]
     async fn an_error_first_is_an_http_error_with_its_status() {
-        let mut s = events(vec![StreamEvent::Error(ErrorEvent {
+        let mut s = events(vec![StreamEvent::Error(Box::new(ErrorEvent {
             class: ErrorClass::RateLimited,
             status: 429,
             message: "all routes rate limited".into(),
             retry_after: Some(std::time::Duration::from_secs(2)),
             envelope: Envelope::default(),
-        })]);
+        }))]);
         let reply = await_commit(&mut s).await.err();
         assert_eq!(reply.as_ref().map(|r| r.status), Some(429), "the mux's status is kept");
         assert_eq!(reply.and_then(|r| r.retry_after_ms()), Some(2000), "retry hint is kept");
@@ -136,7 +136,7 @@ mod tests {
         let s = events(vec![
             StreamEvent::TextDelta("Hel".into()),
             StreamEvent::TextDelta("lo".into()),
-            StreamEvent::ToolCall(call.clone()),
+            StreamEvent::ToolCall(Box::new(call.clone())),
             StreamEvent::Usage(Usage {
                 input_tokens: 3,
                 output_tokens: 2,

@@ -127,12 +127,12 @@ impl ServerMessage {
                     model: envelope.model.clone(),
                     level: envelope.level,
                     hedged: envelope.hedged,
-                    envelope,
+                    envelope: *envelope,
                 },
                 false,
             ),
             StreamEvent::TextDelta(text) => (ServerMessage::Delta { id, text }, false),
-            StreamEvent::ToolCall(call) => (ServerMessage::ToolCall { id, call }, false),
+            StreamEvent::ToolCall(call) => (ServerMessage::ToolCall { id, call: *call }, false),
             StreamEvent::Reset { reason } => (ServerMessage::Reset { id, reason }, false),
             StreamEvent::RouteSwitch { from, to } => (ServerMessage::RouteSwitch { id, from, to }, false),
             StreamEvent::Usage(usage) => (ServerMessage::Usage { id, usage }, false),
@@ -140,11 +140,11 @@ impl ServerMessage {
                 ServerMessage::Done {
                     id,
                     finish_reason: reason,
-                    envelope,
+                    envelope: *envelope,
                 },
                 true,
             ),
-            StreamEvent::Error(e) => (ServerMessage::from_error_event(Some(id), e), true),
+            StreamEvent::Error(e) => (ServerMessage::from_error_event(Some(id), *e), true),
         }
     }
 
@@ -308,7 +308,7 @@ mod tests {
             hedged: true,
             ..Envelope::default()
         };
-        let (msg, terminal) = ServerMessage::from_event("c1", StreamEvent::Start(env));
+        let (msg, terminal) = ServerMessage::from_event("c1", StreamEvent::Start(Box::new(env)));
         let v = to_value(&msg);
         assert!(!terminal, "start is not terminal");
         assert_eq!(
@@ -347,7 +347,7 @@ mod tests {
                 json!({"type": "delta", "id": "c1", "text": "hi"}),
             ),
             (
-                StreamEvent::ToolCall(call),
+                StreamEvent::ToolCall(Box::new(call)),
                 json!({"type": "tool_call", "id": "c1", "call": {"index": 0, "id": "call_1", "name": "f", "arguments": "{\"a\":1}"}}),
             ),
             (
@@ -384,7 +384,7 @@ mod tests {
             "c1",
             StreamEvent::Finish {
                 reason: FinishReason::Truncated,
-                envelope: Envelope::default(),
+                envelope: Box::new(Envelope::default()),
             },
         );
         assert!(terminal, "done is terminal");
@@ -396,13 +396,13 @@ mod tests {
 
         let (msg, terminal) = ServerMessage::from_event(
             "c1",
-            StreamEvent::Error(ErrorEvent {
+            StreamEvent::Error(Box::new(ErrorEvent {
                 class: ErrorClass::RateLimited,
                 status: 429,
                 message: "slow down".into(),
                 retry_after: Some(std::time::Duration::from_millis(1500)),
                 envelope: Envelope::default(),
-            }),
+            })),
         );
         assert!(terminal, "error is terminal");
         let v = to_value(&msg);

@@ -19,7 +19,7 @@ use super::events::await_commit;
 use super::native::{ChatOptions, ServerMessage};
 use super::openai::{decode_request, decode_value};
 use super::sse_out::{
-    encoded, envelope_headers, event_frame, json_response, sse_response, Flow, FrameEncoder, PING_COMMENT,
+    encoded, envelope_headers, event_frame, json_response, sse_response, Flow, FrameEncoder, Frames, PING_COMMENT,
 };
 use crate::config::RequestLimits;
 use crate::transport::AppState;
@@ -179,9 +179,10 @@ pub async fn reply(
     let headers = envelope_headers(&start, request_id);
     let mut encoder = NativeEncoder {
         id: request_id.to_string(),
+        frames: Frames::default(),
     };
     let mut first = Vec::new();
-    encoder.encode(StreamEvent::Start(start), &mut first);
+    encoder.encode(StreamEvent::Start(Box::new(start)), &mut first);
     sse_response(
         headers,
         encoded(first, events, encoder),
@@ -200,12 +201,13 @@ pub fn error_response(reply: &ErrorReply, request_id: &str) -> Response {
 /// Each native message as `event: <type>` + its JSON; `id` is the request id.
 struct NativeEncoder {
     id: String,
+    frames: Frames,
 }
 
 impl FrameEncoder for NativeEncoder {
     fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
         let (message, terminal) = ServerMessage::from_event(&self.id, event);
-        out.push(event_frame(message.name(), &message));
+        out.push(self.frames.event(message.name(), &message));
         if terminal {
             Flow::End
         } else {
@@ -234,7 +236,7 @@ mod tests {
         let sem = Arc::new(Semaphore::new(1));
         let permit = sem.clone().try_acquire_owned().expect("free permit");
         let events: EventStream = Box::pin(stream::iter(vec![
-            StreamEvent::Start(Envelope::default()),
+            StreamEvent::Start(Box::default()),
             StreamEvent::TextDelta("Hi".into()),
             StreamEvent::Reset {
                 reason: "route failed".into(),
@@ -242,7 +244,7 @@ mod tests {
             StreamEvent::TextDelta("Hello".into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: Envelope::default(),
+                envelope: Box::new(Envelope::default()),
             },
         ]));
         let resp = reply(events, "req_n1", Duration::from_secs(15), permit).await;

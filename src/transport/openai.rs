@@ -181,13 +181,13 @@ mod tests {
     #[tokio::test]
     async fn error_before_commit_is_a_real_http_error_with_retry_after() {
         let sem = Arc::new(Semaphore::new(1));
-        let events: EventStream = Box::pin(stream::iter(vec![StreamEvent::Error(ErrorEvent {
+        let events: EventStream = Box::pin(stream::iter(vec![StreamEvent::Error(Box::new(ErrorEvent {
             class: ErrorClass::RateLimited,
             status: 429,
             message: "every route is rate limited".into(),
             retry_after: Some(Duration::from_millis(1500)),
             envelope: Envelope::default(),
-        })]));
+        }))]));
         let resp = reply(events, how(true), permit(&sem)).await;
         assert_eq!(resp.status(), 429, "status from the error event");
         assert_eq!(
@@ -207,11 +207,11 @@ mod tests {
     async fn streamed_reply_has_sse_headers_chunks_and_done() {
         let sem = Arc::new(Semaphore::new(1));
         let events: EventStream = Box::pin(stream::iter(vec![
-            StreamEvent::Start(served()),
+            StreamEvent::Start(Box::new(served())),
             StreamEvent::TextDelta("Hi".into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: served(),
+                envelope: Box::new(served()),
             },
         ]));
         let resp = reply(events, how(true), permit(&sem)).await;
@@ -248,11 +248,11 @@ mod tests {
     async fn non_streamed_reply_is_one_completion() {
         let sem = Arc::new(Semaphore::new(1));
         let events: EventStream = Box::pin(stream::iter(vec![
-            StreamEvent::Start(served()),
+            StreamEvent::Start(Box::new(served())),
             StreamEvent::TextDelta("Hello".into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: served(),
+                envelope: Box::new(served()),
             },
         ]));
         let resp = reply(events, how(false), permit(&sem)).await;
@@ -266,15 +266,15 @@ mod tests {
     async fn non_streamed_error_after_commit_is_a_502() {
         let sem = Arc::new(Semaphore::new(1));
         let events: EventStream = Box::pin(stream::iter(vec![
-            StreamEvent::Start(served()),
+            StreamEvent::Start(Box::new(served())),
             StreamEvent::TextDelta("Hel".into()),
-            StreamEvent::Error(ErrorEvent {
+            StreamEvent::Error(Box::new(ErrorEvent {
                 class: ErrorClass::Unavailable,
                 status: 503,
                 message: "route died".into(),
                 retry_after: None,
                 envelope: served(),
-            }),
+            })),
         ]));
         let resp = reply(events, how(false), permit(&sem)).await;
         assert_eq!(resp.status(), 502, "a broken answer is a bad gateway");

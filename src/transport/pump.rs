@@ -41,9 +41,9 @@ enum Stop {
     /// The inner stream ended (with its terminal event, or without one: the dialect says so).
     Ended,
     /// `max_stream` after commit.
-    Capped(Envelope),
+    Capped(Box<Envelope>),
     /// The drain cut the stream.
-    Cut(Envelope),
+    Cut(Box<Envelope>),
     /// The reader took no event for `stall`.
     Stalled,
 }
@@ -66,7 +66,8 @@ where
     let task = tokio::spawn(async move {
         let _slot = slot;
         let mut capped_at: Option<Instant> = None;
-        let mut envelope = Envelope::default();
+        // Boxed, like the event's: the task's future holds it (and `Stop`) for the stream's life.
+        let mut envelope = Box::<Envelope>::default();
         let cap = |at: Option<Instant>| async move {
             match at {
                 Some(at) => sleep_until(at).await,
@@ -83,7 +84,7 @@ where
             let Some(event) = event else { break Stop::Ended };
             if let StreamEvent::Start(env) = &event {
                 capped_at = Some(Instant::now() + max_stream);
-                envelope = env.clone();
+                envelope.clone_from(env);
             }
             let terminal = matches!(event, StreamEvent::Finish { .. } | StreamEvent::Error(_));
             // A reader keeping up finds room at once: no timer is armed for it.
@@ -125,7 +126,7 @@ where
             yield event;
         }
         match stop_rx.await {
-            Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(cut_event(envelope)),
+            Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(Box::new(cut_event(*envelope))),
             Ok(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope },
             // Ended, stalled, or the task is gone: the dialect renders an unfinished stream
             // honestly.
@@ -163,7 +164,7 @@ mod tests {
         let guard = Slot(dropped);
         Box::pin(async_stream::stream! {
             let _guard = guard;
-            yield StreamEvent::Start(Envelope { route: Some("r".into()), ..Envelope::default() });
+            yield StreamEvent::Start(Box::new(Envelope { route: Some("r".into()), ..Envelope::default() }));
             loop {
                 yield StreamEvent::TextDelta("x".into());
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -304,11 +305,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_finished_answer_passes_through_unchanged() {
         let events: EventStream = Box::pin(futures::stream::iter(vec![
-            StreamEvent::Start(Envelope::default()),
+            StreamEvent::Start(Box::default()),
             StreamEvent::TextDelta("hi".into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: Envelope::default(),
+                envelope: Box::new(Envelope::default()),
             },
         ]));
         let out: Vec<StreamEvent> = pump(

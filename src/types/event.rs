@@ -12,13 +12,16 @@ use super::ErrorClass;
 /// The stream a transport pulls. Dropping it cancels every upstream attempt behind it.
 pub type EventStream = Pin<Box<dyn Stream<Item = StreamEvent> + Send>>;
 
+/// The large, rare payloads (the envelope, a tool call, an error) are boxed so the event a
+/// stream moves per text delta stays small: every channel slot and every stream layer holds
+/// one `StreamEvent` by value (see `tests::an_event_stays_small`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
     /// The commit point: the first content token is ready. Carries the envelope so far.
-    Start(Envelope),
+    Start(Box<Envelope>),
     TextDelta(String),
     /// A complete tool call whose arguments parsed (and matched the schema, if any).
-    ToolCall(ToolCall),
+    ToolCall(Box<ToolCall>),
     /// The client must discard everything it has received so far.
     Reset {
         reason: String,
@@ -31,10 +34,10 @@ pub enum StreamEvent {
     Usage(Usage),
     Finish {
         reason: FinishReason,
-        envelope: Envelope,
+        envelope: Box<Envelope>,
     },
     /// Terminal failure. Before `Start` it becomes an HTTP error; after, an in-band error.
-    Error(ErrorEvent),
+    Error(Box<ErrorEvent>),
 }
 
 /// A complete tool call. `arguments` is the raw JSON text, already validated.
@@ -87,4 +90,17 @@ pub struct ErrorEvent {
     pub message: String,
     pub retry_after: Option<std::time::Duration>,
     pub envelope: Envelope,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_stays_small() {
+        // The pump's channel allocates its slots by this size, and every layer between the
+        // upstream and the socket moves events by value: a large variant must be boxed.
+        let size = std::mem::size_of::<StreamEvent>();
+        assert!(size <= 64, "StreamEvent is {size} bytes; box the variant that grew");
+    }
 }

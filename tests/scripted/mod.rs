@@ -243,7 +243,7 @@ pub fn kinds(evs: &[StreamEvent]) -> Vec<String> {
 /// The envelope of the final event (finish or error).
 pub fn envelope(evs: &[StreamEvent]) -> Option<&tailcut::types::Envelope> {
     evs.iter().rev().find_map(|e| match e {
-        StreamEvent::Finish { envelope, .. } => Some(envelope),
+        StreamEvent::Finish { envelope, .. } => Some(&**envelope),
         StreamEvent::Error(e) => Some(&e.envelope),
         _ => None,
     })

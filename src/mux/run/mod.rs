@@ -68,7 +68,9 @@ pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan)
             state = match state {
                 State::AwaitingFirstToken => run.begin(&mut out).await,
                 State::Streaming(s) => run.stream_step(s, &mut out).await,
-                State::Recovering(r) => run.recover_step(r, &mut out).await,
+                // Boxed: a recovery is rare and its future the largest of the steps (about
+                // 1.7 KiB), which every stream would otherwise hold inline for its whole life.
+                State::Recovering(r) => Box::pin(run.recover_step(r, &mut out)).await,
                 State::Finished => State::Finished,
             };
             for event in out.drain(..) {
@@ -186,7 +188,7 @@ impl Run {
         match self.first_token(true, None).await {
             Ok((cur, first)) => {
                 self.capped_at = Instant::now() + self.mux.config.server.max_stream;
-                out.push(StreamEvent::Start(self.env.clone()));
+                out.push(StreamEvent::Start(Box::new(self.env.clone())));
                 State::Streaming(self.streaming(cur, first, Seam::Pass))
             }
             Err(e) => {
@@ -196,7 +198,7 @@ impl Run {
                     Some(answer) => out.extend(self.serve_cached(answer)),
                     None => {
                         self.log_outcome(e.class.as_str());
-                        out.push(StreamEvent::Error(e));
+                        out.push(StreamEvent::Error(Box::new(e)));
                     }
                 }
                 State::Finished

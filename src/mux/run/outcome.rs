@@ -205,17 +205,22 @@ impl Run {
         self.env.model = Some(answer.served_by.clone());
         self.env.ttft_ms = Some(self.since_start(Instant::now()));
         self.log_outcome("served_from_cache");
-        let mut out = vec![StreamEvent::Start(self.env.clone())];
+        let mut out = vec![StreamEvent::Start(Box::new(self.env.clone()))];
         if !answer.text.is_empty() {
             out.push(StreamEvent::TextDelta(answer.text));
         }
-        out.extend(answer.tool_calls.into_iter().map(StreamEvent::ToolCall));
+        out.extend(
+            answer
+                .tool_calls
+                .into_iter()
+                .map(|call| StreamEvent::ToolCall(Box::new(call))),
+        );
         if self.req.include_usage {
             out.extend(answer.usage.map(StreamEvent::Usage));
         }
         out.push(StreamEvent::Finish {
             reason: answer.finish,
-            envelope: self.env.clone(),
+            envelope: Box::new(self.env.clone()),
         });
         out
     }

@@ -44,13 +44,13 @@ impl Run {
                 self.log_outcome("truncated");
                 out.push(StreamEvent::Finish {
                     reason: FinishReason::Truncated,
-                    envelope: self.env.clone(),
+                    envelope: Box::new(self.env.clone()),
                 });
                 State::Finished
             }
             Recovery::Fail(e) => {
                 self.log_outcome(e.class.as_str());
-                out.push(StreamEvent::Error(e));
+                out.push(StreamEvent::Error(Box::new(e)));
                 State::Finished
             }
         }
@@ -168,6 +168,6 @@ impl Run {
             route: cur.route.to_string(),
         };
         self.log_outcome("diverged");
-        StreamEvent::Error(self.error_event(&err.into()))
+        StreamEvent::Error(Box::new(self.error_event(&err.into())))
     }
 }

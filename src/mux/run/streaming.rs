@@ -6,10 +6,11 @@
 //! stall timer, the cap). Dropping the request's stream there drops this state, its attempt
 //! and that attempt's upstream connection.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use tokio::time::{sleep_until, Instant, Sleep};
 
 use super::routes::RouteState;
 use super::{Recovering, Run, State};
@@ -29,6 +30,19 @@ pub(super) struct Streaming {
     last_token: Instant,
     /// Computed once per attempt: it reads the route's gap histogram.
     stall: Duration,
+    /// The stall and cap timers, kept for the attempt's life and moved forward at each
+    /// event (a later deadline is one atomic store) instead of registered with the timer
+    /// wheel and cancelled again at every event.
+    timers: Pin<Box<Timers>>,
+}
+
+pin_project_lite::pin_project! {
+    struct Timers {
+        #[pin]
+        stall: Sleep,
+        #[pin]
+        cap: Sleep,
+    }
 }
 
 /// What the seam let through, as events for the client, or a continuation to replace.
@@ -39,12 +53,18 @@ enum Joined {
 
 impl Run {
     pub(super) fn streaming(&self, cur: Attempt, first: AttemptEvent, seam: Seam) -> Streaming {
+        let stall = self.stall_limit(&cur.route);
+        let last_token = Instant::now();
         Streaming {
-            stall: self.stall_limit(&cur.route),
+            timers: Box::pin(Timers {
+                stall: sleep_until(last_token + stall),
+                cap: sleep_until(self.capped_at),
+            }),
+            stall,
             cur,
             seam,
             pending: Some(first),
-            last_token: Instant::now(),
+            last_token,
         }
     }
 
@@ -53,18 +73,23 @@ impl Run {
         let (ev, after_gap) = match s.pending.take() {
             Some(ev) => (ev, false),
             None => {
+                let mut timers = s.timers.as_mut().project();
+                timers.stall.as_mut().reset(s.last_token + s.stall);
+                if timers.cap.deadline() != self.capped_at {
+                    timers.cap.as_mut().reset(self.capped_at);
+                }
                 let ev = tokio::select! {
                     biased;
                     ev = s.cur.next_event() => ev.unwrap_or_else(|| AttemptEvent::Failed(MuxError::NoOutcome.into())),
-                    _ = tokio::time::sleep_until(s.last_token + s.stall) => {
+                    _ = timers.stall => {
                         AttemptEvent::Failed(MuxError::Stalled(s.stall).into())
                     }
-                    _ = tokio::time::sleep_until(self.capped_at) => {
+                    _ = timers.cap => {
                         // Our own cap, not the route's failure: end honestly, blame no one.
                         self.record_abandoned(&mut s.cur, &MuxError::StreamCap.into());
                         self.env.policy = Some(MidStreamPolicy::Truncate);
                         self.log_outcome("truncated");
-                        out.push(StreamEvent::Finish { reason: FinishReason::Truncated, envelope: self.env.clone() });
+                        out.push(StreamEvent::Finish { reason: FinishReason::Truncated, envelope: Box::new(self.env.clone()) });
                         return State::Finished;
                     }
                 };
@@ -109,7 +134,7 @@ impl Run {
                 if self.mux.config.cache.enabled {
                     self.calls.push(call.clone());
                 }
-                out.push(StreamEvent::ToolCall(call));
+                out.push(StreamEvent::ToolCall(Box::new(call)));
             }
             AttemptEvent::Usage(u) => self.usage = Some(u),
             AttemptEvent::Finished(reason) => {
@@ -150,7 +175,7 @@ impl Run {
         self.log_outcome("completed");
         out.push(StreamEvent::Finish {
             reason,
-            envelope: self.env.clone(),
+            envelope: Box::new(self.env.clone()),
         });
     }
 

@@ -28,8 +28,8 @@ pub(crate) struct EventDecoder {
 
 impl WireDecoder for EventDecoder {
     fn on_event(&mut self, event: SseEvent, out: &mut Vec<Delta>) -> Result<Progress, ProviderError> {
-        let value: Value =
-            serde_json::from_str(&event.data).map_err(|e| protocol(format!("upstream sent a malformed event: {e}")))?;
+        let value: Value = serde_json::from_str(event.data.as_str())
+            .map_err(|e| protocol(format!("upstream sent a malformed event: {e}")))?;
         let name = match event.event {
             Some(name) => name,
             None => value

@@ -28,7 +28,7 @@ pub(crate) struct ChunkDecoder {
 
 impl WireDecoder for ChunkDecoder {
     fn on_event(&mut self, event: SseEvent, out: &mut Vec<Delta>) -> Result<Progress, ProviderError> {
-        let data = event.data.trim();
+        let data = event.data.as_str().trim();
         if data.starts_with("[DONE]") {
             if self.finish.is_none() {
                 return Err(protocol("upstream sent [DONE] before finish_reason"));

@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 
 use crate::transport::error::ErrorReply;
 use crate::transport::events::{served_model, Answer};
-use crate::transport::sse_out::{event_frame, to_json, Flow, FrameEncoder};
+use crate::transport::sse_out::{event_frame, to_json, Flow, FrameEncoder, Frames};
 use crate::types::{Envelope, ErrorClass, FinishReason, StreamEvent, ToolCall, Usage};
 
 /// `msg_…` from the request id.
@@ -165,7 +165,8 @@ enum Event<'a> {
 }
 
 impl Event<'_> {
-    fn frame(&self) -> Bytes {
+    /// The event's frame, written into the stream's frame buffer.
+    fn frame(&self, frames: &mut Frames) -> Bytes {
         let name = match self {
             Event::ContentBlockStart { .. } => "content_block_start",
             Event::ContentBlockDelta { .. } => "content_block_delta",
@@ -173,7 +174,7 @@ impl Event<'_> {
             Event::MessageDelta { .. } => "message_delta",
             Event::MessageStop => "message_stop",
         };
-        event_frame(name, self)
+        frames.event(name, self)
     }
 }
 
@@ -204,6 +205,7 @@ pub struct EventEncoder {
     next_index: u32,
     text_open: bool,
     usage: Option<Usage>,
+    frames: Frames,
 }
 
 impl EventEncoder {
@@ -215,6 +217,7 @@ impl EventEncoder {
             next_index: 0,
             text_open: false,
             usage: None,
+            frames: Frames::default(),
         }
     }
 
@@ -248,7 +251,7 @@ impl EventEncoder {
     }
 
     fn block_stop(&mut self, out: &mut Vec<Bytes>) {
-        out.push(Event::ContentBlockStop { index: self.next_index }.frame());
+        out.push(Event::ContentBlockStop { index: self.next_index }.frame(&mut self.frames));
         self.next_index += 1;
     }
 
@@ -267,7 +270,7 @@ impl EventEncoder {
                     index,
                     content_block: Block::Text { text: "" },
                 }
-                .frame(),
+                .frame(&mut self.frames),
             );
             self.text_open = true;
         }
@@ -276,7 +279,7 @@ impl EventEncoder {
                 index,
                 delta: BlockDelta::TextDelta { text },
             }
-            .frame(),
+            .frame(&mut self.frames),
         );
     }
 
@@ -289,11 +292,11 @@ impl EventEncoder {
             name: &call.name,
             input: empty_input(),
         };
-        out.push(Event::ContentBlockStart { index, content_block }.frame());
+        out.push(Event::ContentBlockStart { index, content_block }.frame(&mut self.frames));
         let delta = BlockDelta::InputJsonDelta {
             partial_json: &call.arguments,
         };
-        out.push(Event::ContentBlockDelta { index, delta }.frame());
+        out.push(Event::ContentBlockDelta { index, delta }.frame(&mut self.frames));
         self.block_stop(out);
     }
 
@@ -312,9 +315,9 @@ impl EventEncoder {
                 },
                 tailcut: envelope,
             }
-            .frame(),
+            .frame(&mut self.frames),
         );
-        out.push(Event::MessageStop.frame());
+        out.push(Event::MessageStop.frame(&mut self.frames));
     }
 }
 
@@ -325,7 +328,7 @@ fn empty_input() -> Box<RawValue> {
 impl FrameEncoder for EventEncoder {
     fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
         match event {
-            StreamEvent::Start(envelope) => self.envelope = envelope,
+            StreamEvent::Start(envelope) => self.envelope = *envelope,
             StreamEvent::TextDelta(text) if text.is_empty() => {}
             StreamEvent::TextDelta(text) => self.text(&text, out),
             StreamEvent::ToolCall(call) => self.tool_call(&call, out),
@@ -340,7 +343,7 @@ impl FrameEncoder for EventEncoder {
                 reason: FinishReason::Truncated,
                 envelope,
             } => {
-                out.push(error_frame(&ErrorReply::truncated(envelope)));
+                out.push(error_frame(&ErrorReply::truncated(*envelope)));
                 return Flow::End;
             }
             StreamEvent::Finish { reason, envelope } => {
@@ -348,7 +351,7 @@ impl FrameEncoder for EventEncoder {
                 return Flow::End;
             }
             StreamEvent::Error(e) => {
-                out.push(error_frame(&ErrorReply::from_event(e)));
+                out.push(error_frame(&ErrorReply::from_event(*e)));
                 return Flow::End;
             }
         }
@@ -446,14 +449,14 @@ mod tests {
             vec![
                 StreamEvent::TextDelta("Hi".into()),
                 StreamEvent::TextDelta("!".into()),
-                StreamEvent::ToolCall(call),
+                StreamEvent::ToolCall(Box::new(call)),
                 StreamEvent::Usage(Usage {
                     input_tokens: 10,
                     output_tokens: 4,
                 }),
                 StreamEvent::Finish {
                     reason: FinishReason::ToolCalls,
-                    envelope: start(),
+                    envelope: Box::new(start()),
                 },
             ],
         );
@@ -483,7 +486,10 @@ mod tests {
         };
         let (text, _) = run(
             &mut encoder(),
-            vec![StreamEvent::ToolCall(call), StreamEvent::TextDelta("x".into())],
+            vec![
+                StreamEvent::ToolCall(Box::new(call)),
+                StreamEvent::TextDelta("x".into()),
+            ],
         );
         assert!(
             text.contains("\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\""),
@@ -505,13 +511,13 @@ mod tests {
             &mut encoder(),
             vec![
                 StreamEvent::TextDelta("par".into()),
-                StreamEvent::Error(ErrorEvent {
+                StreamEvent::Error(Box::new(ErrorEvent {
                     class: ErrorClass::Unavailable,
                     status: 502,
                     message: "route died".into(),
                     retry_after: None,
                     envelope: start(),
-                }),
+                })),
             ],
         );
         let expected_tail = format!(
@@ -529,7 +535,7 @@ mod tests {
             &mut encoder(),
             vec![StreamEvent::Finish {
                 reason: FinishReason::Truncated,
-                envelope: start(),
+                envelope: Box::new(start()),
             }],
         );
         assert!(text.starts_with("event: error\n"), "truncation is an error: {text}");

@@ -117,7 +117,7 @@ impl Refusal {
     /// The refusal as an answer stream that ends at once with its error: how a WebSocket
     /// session, which renders every request's outcome from its events, tells the client.
     pub fn into_events(self, request_id: String) -> EventStream {
-        let event = StreamEvent::Error(ErrorEvent {
+        let event = StreamEvent::Error(Box::new(ErrorEvent {
             class: self.class(),
             status: self.status(),
             message: self.to_string(),
@@ -127,7 +127,7 @@ impl Refusal {
                 level: Level::L4,
                 ..Envelope::default()
             },
-        });
+        }));
         Box::pin(futures::stream::iter([event]))
     }
 }

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::transport::error::ErrorReply;
 use crate::transport::events::{served_model, Answer};
-use crate::transport::sse_out::{data_frame, Flow, FrameEncoder, DONE_FRAME};
+use crate::transport::sse_out::{data_frame, Flow, FrameEncoder, Frames, DONE_FRAME};
 use crate::types::{Envelope, ErrorClass, FinishReason, StreamEvent, ToolCall, Usage};
 
 /// `chatcmpl-…` from the request id, so logs and responses correlate.
@@ -31,7 +31,7 @@ struct Chunk<'a> {
     object: &'static str,
     created: u64,
     model: &'a str,
-    choices: Vec<ChunkChoice<'a>>,
+    choices: &'a [ChunkChoice<'a>],
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: Option<OpenAiUsage>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -175,17 +175,27 @@ pub struct ChunkEncoder {
     include_usage: bool,
     usage: Option<Usage>,
     envelope: Envelope,
+    frames: Frames,
+    /// A text delta's frame up to its content, the same all through the stream: `data: `,
+    /// then `Chunk` with `id`, `object`, `created`, `model` and one choice's delta opened at
+    /// `"content":`. A delta's frame is this, the text as a JSON string and `TEXT_TAIL`: the
+    /// bytes `frame` would write (a test holds them equal).
+    text_head: Vec<u8>,
 }
 
 impl ChunkEncoder {
     pub fn new(request_id: &str, alias: &str, created: u64, start: Envelope, include_usage: bool) -> Self {
+        let id = completion_id(request_id);
+        let model = served_model(&start, alias);
         ChunkEncoder {
-            id: completion_id(request_id),
+            text_head: text_head(&id, created, &model),
+            id,
             created,
-            model: served_model(&start, alias),
+            model,
             include_usage,
             usage: None,
             envelope: start,
+            frames: Frames::default(),
         }
     }
 
@@ -202,32 +212,60 @@ impl ChunkEncoder {
         )
     }
 
-    fn frame(&self, delta: ChunkDelta<'_>, finish: Option<&'static str>, tailcut: Option<&Envelope>) -> Bytes {
-        data_frame(&Chunk {
+    fn chunk<'a>(&'a self, choices: &'a [ChunkChoice<'a>], tailcut: Option<&'a Envelope>) -> Chunk<'a> {
+        Chunk {
             id: &self.id,
             object: "chat.completion.chunk",
             created: self.created,
             model: &self.model,
-            choices: vec![ChunkChoice {
-                index: 0,
-                delta,
-                logprobs: None,
-                finish_reason: finish,
-            }],
+            choices,
             usage: None,
             tailcut,
-        })
+        }
+    }
+
+    fn frame(&self, delta: ChunkDelta<'_>, finish: Option<&'static str>, tailcut: Option<&Envelope>) -> Bytes {
+        let choice = [ChunkChoice {
+            index: 0,
+            delta,
+            logprobs: None,
+            finish_reason: finish,
+        }];
+        data_frame(&self.chunk(&choice, tailcut))
+    }
+
+    /// A text delta's frame: only the text is encoded (see `text_head`).
+    fn text_frame(&mut self, text: &str) -> Bytes {
+        self.frames.around_str(&self.text_head, text, TEXT_TAIL)
+    }
+
+    /// A tool call's frame, in the stream's frame buffer.
+    fn tool_call_frame(&mut self, call: &ToolCall) -> Bytes {
+        let choice = [ChunkChoice {
+            index: 0,
+            delta: ChunkDelta {
+                tool_calls: Some([WireToolCall::new(call, true)]),
+                ..ChunkDelta::default()
+            },
+            logprobs: None,
+            finish_reason: None,
+        }];
+        let chunk = Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            choices: &choice,
+            usage: None,
+            tailcut: None,
+        };
+        self.frames.data(&chunk)
     }
 
     fn usage_frame(&self, usage: Usage) -> Bytes {
         data_frame(&Chunk {
-            id: &self.id,
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: &self.model,
-            choices: Vec::new(),
             usage: Some(usage.into()),
-            tailcut: None,
+            ..self.chunk(&[], None)
         })
     }
 
@@ -240,24 +278,10 @@ impl ChunkEncoder {
 impl FrameEncoder for ChunkEncoder {
     fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
         match event {
-            StreamEvent::Start(envelope) => self.envelope = envelope,
+            StreamEvent::Start(envelope) => self.envelope = *envelope,
             StreamEvent::TextDelta(text) if text.is_empty() => {}
-            StreamEvent::TextDelta(text) => out.push(self.frame(
-                ChunkDelta {
-                    content: Some(&text),
-                    ..ChunkDelta::default()
-                },
-                None,
-                None,
-            )),
-            StreamEvent::ToolCall(call) => out.push(self.frame(
-                ChunkDelta {
-                    tool_calls: Some([WireToolCall::new(&call, true)]),
-                    ..ChunkDelta::default()
-                },
-                None,
-                None,
-            )),
+            StreamEvent::TextDelta(text) => out.push(self.text_frame(&text)),
+            StreamEvent::ToolCall(call) => out.push(self.tool_call_frame(&call)),
             // This dialect cannot take text back; the mux only resets dialects that can.
             StreamEvent::Reset { reason } => {
                 let envelope = Some(self.envelope.clone());
@@ -268,7 +292,7 @@ impl FrameEncoder for ChunkEncoder {
             StreamEvent::Finish {
                 reason: FinishReason::Truncated,
                 envelope,
-            } => return self.fail(ErrorReply::truncated(envelope), out),
+            } => return self.fail(ErrorReply::truncated(*envelope), out),
             StreamEvent::Finish { reason, envelope } => {
                 out.push(self.frame(ChunkDelta::default(), Some(finish_reason(reason)), Some(&envelope)));
                 if let Some(usage) = self.usage.filter(|_| self.include_usage) {
@@ -277,7 +301,7 @@ impl FrameEncoder for ChunkEncoder {
                 out.push(Bytes::from_static(DONE_FRAME));
                 return Flow::End;
             }
-            StreamEvent::Error(e) => return self.fail(ErrorReply::from_event(e), out),
+            StreamEvent::Error(e) => return self.fail(ErrorReply::from_event(*e), out),
         }
         Flow::Continue
     }
@@ -289,6 +313,29 @@ impl FrameEncoder for ChunkEncoder {
             envelope,
         )));
     }
+}
+
+/// What follows a text delta's content in its frame: the rest of the chunk, and the blank
+/// line that ends the frame.
+const TEXT_TAIL: &[u8] = b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+
+/// The bytes of a text delta's frame before its text (`ChunkEncoder::text_head`), written as
+/// `Chunk`'s derived `Serialize` writes them: its fields in order, strings JSON-escaped.
+fn text_head(id: &str, created: u64, model: &str) -> Vec<u8> {
+    let mut head = Vec::with_capacity(128 + id.len() + model.len());
+    head.extend_from_slice(b"data: {\"id\":");
+    write_str(&mut head, id);
+    head.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
+    head.extend_from_slice(created.to_string().as_bytes());
+    head.extend_from_slice(b",\"model\":");
+    write_str(&mut head, model);
+    head.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":{\"content\":");
+    head
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    // A string always serializes.
+    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 #[derive(Serialize)]
@@ -403,6 +450,40 @@ mod tests {
     }
 
     #[test]
+    fn a_text_frame_is_the_bytes_of_the_serialized_chunk() {
+        let odd = Envelope {
+            model: Some("m\"odel\\é\u{1}".into()),
+            ..start()
+        };
+        for mut enc in [
+            encoder(false),
+            ChunkEncoder::new("req_\"q\n", "chat", u64::MAX, odd, false),
+        ] {
+            for text in [
+                "Hel\nlo",
+                "",
+                "\"quoted\" back\\slash",
+                "é 日本 \u{1}\u{1f}\u{7f} \u{2028}",
+                "</script>\t",
+            ] {
+                let serialized = enc.frame(
+                    ChunkDelta {
+                        content: Some(text),
+                        ..ChunkDelta::default()
+                    },
+                    None,
+                    None,
+                );
+                assert_eq!(
+                    String::from_utf8_lossy(&enc.text_frame(text)),
+                    String::from_utf8_lossy(&serialized),
+                    "text {text:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn empty_text_delta_sends_nothing() {
         let (text, _) = run(&mut encoder(false), vec![StreamEvent::TextDelta(String::new())]);
         assert_eq!(text, "", "no empty content chunks");
@@ -416,7 +497,7 @@ mod tests {
             name: "get_weather".into(),
             arguments: r#"{"city":"Paris"}"#.into(),
         };
-        let (text, _) = run(&mut encoder(false), vec![StreamEvent::ToolCall(call)]);
+        let (text, _) = run(&mut encoder(false), vec![StreamEvent::ToolCall(Box::new(call))]);
         assert_eq!(
             text,
             format!(
@@ -440,7 +521,7 @@ mod tests {
                 StreamEvent::Usage(usage),
                 StreamEvent::Finish {
                     reason: FinishReason::Stop,
-                    envelope: env,
+                    envelope: Box::new(env),
                 },
             ],
         );
@@ -464,7 +545,7 @@ mod tests {
                 }),
                 StreamEvent::Finish {
                     reason: FinishReason::Length,
-                    envelope: start(),
+                    envelope: Box::new(start()),
                 },
             ],
         );
@@ -482,13 +563,13 @@ mod tests {
         let env_json = serde_json::to_string(&env).expect("envelope serializes");
         let (text, flow) = run(
             &mut encoder(false),
-            vec![StreamEvent::Error(ErrorEvent {
+            vec![StreamEvent::Error(Box::new(ErrorEvent {
                 class: ErrorClass::Unavailable,
                 status: 502,
                 message: "every route failed".into(),
                 retry_after: None,
                 envelope: env,
-            })],
+            }))],
         );
         assert_eq!(
             text,
@@ -504,7 +585,7 @@ mod tests {
             &mut encoder(false),
             vec![StreamEvent::Finish {
                 reason: FinishReason::Truncated,
-                envelope: start(),
+                envelope: Box::new(start()),
             }],
         );
         assert!(

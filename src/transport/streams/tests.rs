@@ -31,7 +31,7 @@ fn endless(dropped: Arc<AtomicBool>) -> EventStream {
         }
     }
     let guard = OnDrop(dropped);
-    let events = stream::iter(vec![StreamEvent::Start(Envelope::default())]).chain(stream::pending());
+    let events = stream::iter(vec![StreamEvent::Start(Box::default())]).chain(stream::pending());
     Box::pin(events.map(move |e| {
         let _held = &guard;
         e
@@ -40,11 +40,11 @@ fn endless(dropped: Arc<AtomicBool>) -> EventStream {
 
 fn answer(text: &str) -> EventStream {
     Box::pin(stream::iter(vec![
-        StreamEvent::Start(Envelope::default()),
+        StreamEvent::Start(Box::default()),
         StreamEvent::TextDelta(text.to_string()),
         StreamEvent::Finish {
             reason: FinishReason::Stop,
-            envelope: Envelope::default(),
+            envelope: Box::new(Envelope::default()),
         },
     ]))
 }

@@ -234,7 +234,7 @@ impl Answer {
                     self.text.push_str(t);
                 }
             }
-            StreamEvent::ToolCall(call) => self.tool_calls.push(call.clone()),
+            StreamEvent::ToolCall(call) => self.tool_calls.push((**call).clone()),
             StreamEvent::Reset { .. } => *self = Answer::default(),
             _ => {}
         }
@@ -340,11 +340,11 @@ mod tests {
 
     fn answered(text: &str) -> EventStream {
         Box::pin(stream::iter(vec![
-            StreamEvent::Start(Envelope::default()),
+            StreamEvent::Start(Box::default()),
             StreamEvent::TextDelta(text.into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: Envelope::default(),
+                envelope: Box::new(Envelope::default()),
             },
         ]))
     }
@@ -412,13 +412,15 @@ mod tests {
         let mut h = Histories::default();
         let mut r = req(vec![user("q")]);
         let (_, keeper) = h.project("s", &mut r, None).expect("projected");
-        let failed: EventStream = Box::pin(stream::iter(vec![StreamEvent::Error(crate::types::ErrorEvent {
-            class: crate::types::ErrorClass::Unavailable,
-            status: 503,
-            message: "down".into(),
-            retry_after: None,
-            envelope: Envelope::default(),
-        })]));
+        let failed: EventStream = Box::pin(stream::iter(vec![StreamEvent::Error(Box::new(
+            crate::types::ErrorEvent {
+                class: crate::types::ErrorClass::Unavailable,
+                status: 503,
+                message: "down".into(),
+                retry_after: None,
+                envelope: Envelope::default(),
+            },
+        ))]));
         let mut events = keeper.watch(failed);
         let _ = events.next().await;
         let (info, _) = turn(&mut h, "again", "ok", None).await;
@@ -439,7 +441,7 @@ mod tests {
             StreamEvent::TextDelta("right".into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: Envelope::default(),
+                envelope: Box::new(Envelope::default()),
             },
         ]));
         let _: Vec<_> = keeper.watch(events).collect().await;

@@ -471,14 +471,14 @@ mod tests {
 
     fn answer(text: &str) -> EventStream {
         Box::pin(stream::iter(vec![
-            StreamEvent::Start(Envelope {
+            StreamEvent::Start(Box::new(Envelope {
                 route: Some("r1".into()),
                 ..Envelope::default()
-            }),
+            })),
             StreamEvent::TextDelta(text.to_string()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: Envelope::default(),
+                envelope: Box::new(Envelope::default()),
             },
         ]))
     }
@@ -492,7 +492,7 @@ mod tests {
             }
         }
         let guard = OnDrop(dropped);
-        let events = stream::iter(vec![StreamEvent::Start(Envelope::default())]).chain(stream::pending());
+        let events = stream::iter(vec![StreamEvent::Start(Box::default())]).chain(stream::pending());
         Box::pin(events.map(move |e| {
             let _held = &guard;
             e
@@ -651,7 +651,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_client_that_does_not_read_is_closed_as_too_slow() {
-        let many: Vec<StreamEvent> = std::iter::once(StreamEvent::Start(Envelope::default()))
+        let many: Vec<StreamEvent> = std::iter::once(StreamEvent::Start(Box::default()))
             .chain((0..100).map(|i| StreamEvent::TextDelta(format!("t{i}"))))
             .collect();
         let h = Harness::start(vec![("a", Box::pin(stream::iter(many)))], 4, 4);

@@ -310,11 +310,11 @@ mod tests {
 
     fn answer() -> EventStream {
         Box::pin(stream::iter(vec![
-            StreamEvent::Start(Envelope::default()),
+            StreamEvent::Start(Box::default()),
             StreamEvent::TextDelta("x".into()),
             StreamEvent::Finish {
                 reason: FinishReason::Stop,
-                envelope: Envelope::default(),
+                envelope: Box::new(Envelope::default()),
             },
         ]))
     }
@@ -522,7 +522,7 @@ mod tests {
         let mut redis = crate::shared::testkit::RedisServer::start();
         let (one, two) = two_instances(&redis);
         let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("permit");
-        let events = stream::iter(vec![StreamEvent::Start(Envelope::default())]).chain(stream::pending());
+        let events = stream::iter(vec![StreamEvent::Start(Box::default())]).chain(stream::pending());
         let running = one.open(Box::pin(events), "req_r".into(), permit).expect("room");
         let _reader = running.attach(0);
         let shared = Arc::clone(two.remote().expect("shared"));
