@@ -156,7 +156,7 @@ impl Run {
                     // would fail it the same way, so no policy runs; the client is told why.
                     let error = self.error_event(&err);
                     self.log_outcome(error.class.as_str());
-                    out.push(StreamEvent::Error(error));
+                    out.push(StreamEvent::Error(Box::new(error)));
                     return State::Finished;
                 }
                 return State::Recovering(Recovering::Failed(route));
