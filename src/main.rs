@@ -303,13 +303,12 @@ fn new_key(tenant: &str, name: Option<&str>) -> ExitCode {
 /// "ok" only when nothing is an error.
 fn check_config(file: &std::path::Path, offline: bool) -> ExitCode {
     let name = file.display();
-    let (config, mut errors) = match config::load_file(file) {
-        Ok(c) => (Some(c), 0usize),
-        Err(ConfigError::Invalid(problems)) => {
+    let (config, mut errors) = match config::check_file(file) {
+        Ok((config, problems)) => {
             for p in &problems {
                 eprintln!("{name}: error: {p}");
             }
-            (None, problems.len())
+            (config, problems.len())
         }
         Err(e) => {
             eprintln!("{name}: error: {e}");
@@ -317,6 +316,7 @@ fn check_config(file: &std::path::Path, offline: bool) -> ExitCode {
         }
     };
     let mut warnings = 0usize;
+    // Checked even when the file has other problems: every missing secret at once.
     if let Some(c) = &config {
         for (severity, problem) in config::missing_env(c) {
             if severity == Severity::Error && !offline {

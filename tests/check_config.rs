@@ -138,3 +138,22 @@ fn a_file_that_extends_the_default_changes_only_its_keys() {
         stderr(&out)
     );
 }
+
+#[test]
+fn unset_env_variables_are_reported_beside_the_files_other_problems() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = format!("[server]\nlisten = \"127.0.0.1:0\"\nmax_stream = 1\n{ROUTES}");
+    let out = check(&write(&dir, "both.toml", &text), &[]);
+    assert!(!out.status.success(), "an unknown key fails the check");
+    let err = stderr(&out);
+    assert!(err.contains("error: server.max_stream: unknown key"), "{err}");
+    for (i, var) in [(0, "TAILCUT_TEST_CHECK_UNSET_A"), (1, "TAILCUT_TEST_CHECK_UNSET_B")] {
+        assert!(
+            err.contains(&format!(
+                "error: routes[{i}].api_key_env: environment variable {var} is not set"
+            )),
+            "the unset variable is still found: {err}"
+        );
+    }
+    assert!(err.contains("3 error(s)"), "{err}");
+}

@@ -26,7 +26,7 @@ pub use families::{EvalConfig, Family, Rotation};
 pub use sections::normalize_origin;
 pub use server::{RequestLimits, ServerConfig, StreamsConfig};
 pub use state::{redis_host, StateConfig};
-pub use validate::{load_file, load_str, resolve_addr, ConfigError, ConfigProblem};
+pub use validate::{check_file, load_file, load_str, resolve_addr, ConfigError, ConfigProblem};
 
 use crate::sim::Scenario;
 use crate::types::Priority;

@@ -34,35 +34,49 @@ pub enum ConfigError {
 }
 
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
-    load_str(&text)
+    load_str(&read(path)?)
 }
 
 pub fn load_str(text: &str) -> Result<Config, ConfigError> {
+    match build(text) {
+        (Some(config), problems) if problems.is_empty() => Ok(config),
+        (_, problems) => Err(ConfigError::Invalid(problems)),
+    }
+}
+
+/// For `check-config`: every problem in the file, and the config as far as it could be
+/// built (each broken key at its default), so the variables it names can be checked too
+/// even when something else is wrong. `None` when the file is not TOML or its `extends`
+/// cannot be resolved.
+pub fn check_file(path: &Path) -> Result<(Option<Config>, Vec<ConfigProblem>), ConfigError> {
+    Ok(build(&read(path)?))
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn build(text: &str) -> (Option<Config>, Vec<ConfigProblem>) {
     let mut v = Validator::default();
     let table: toml::Table = match toml::from_str(text) {
         Ok(t) => t,
         Err(e) => {
             v.problem("<file>", e.to_string().trim_end());
-            return Err(ConfigError::Invalid(v.problems));
+            return (None, v.problems);
         }
     };
     let table = match super::extends::resolve(table) {
         Ok(t) => t,
         Err(why) => {
             v.problem("extends", why);
-            return Err(ConfigError::Invalid(v.problems));
+            return (None, v.problems);
         }
     };
     let config = v.config(&table);
-    if v.problems.is_empty() {
-        Ok(config)
-    } else {
-        Err(ConfigError::Invalid(v.problems))
-    }
+    (Some(config), v.problems)
 }
 
 #[derive(Default)]
