@@ -53,6 +53,12 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
     let max_tokens = raw
         .max_tokens
         .ok_or_else(|| DecodeError::new("max_tokens", "max_tokens: field required"))?;
+    if max_tokens == 0 {
+        return Err(DecodeError::new(
+            "max_tokens",
+            "max_tokens: Input should be greater than or equal to 1",
+        ));
+    }
     let raw_messages = raw
         .messages
         .ok_or_else(|| DecodeError::new("messages", "messages: field required"))?;
@@ -515,6 +521,10 @@ mod tests {
                 "model",
             ),
             (json!({"model": "chat", "max_tokens": 1}), "messages"),
+            (
+                json!({"model": "chat", "max_tokens": 0, "messages": [{"role": "user", "content": "hi"}]}),
+                "max_tokens",
+            ),
             (
                 with("messages", json!([{"role": "system", "content": "x"}])),
                 "messages.0.role",

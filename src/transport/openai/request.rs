@@ -125,6 +125,15 @@ fn from_raw(raw: RawRequest) -> Result<ChatRequest, DecodeError> {
             ))
         }
     }
+    // No upstream answers with zero tokens; a 0 is a client's mistake, said so here.
+    for (key, value) in [
+        ("max_completion_tokens", raw.max_completion_tokens),
+        ("max_tokens", raw.max_tokens),
+    ] {
+        if value == Some(0) {
+            return Err(DecodeError::new(key, format!("{key} must be at least 1")));
+        }
+    }
     let messages = raw_messages
         .into_iter()
         .enumerate()
@@ -671,6 +680,10 @@ mod tests {
         );
         v["max_completion_tokens"] = json!(20);
         assert_eq!(decode(v).expect("decodes").max_tokens, Some(20), "the newer field wins");
+        for key in ["max_tokens", "max_completion_tokens"] {
+            let e = decode(with(key, json!(0))).expect_err("zero tokens is refused");
+            assert_eq!(e.param.as_deref(), Some(key), "{}", e.message);
+        }
     }
 
     #[test]
