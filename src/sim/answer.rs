@@ -4,7 +4,8 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::scenario::{Scenario, MAX_TOKENS};
+use super::bounds::MAX_TOKENS;
+use super::scenario::Scenario;
 
 /// The vocabulary of generated (and diverging) answers.
 pub(crate) const WORDS: &[&str] = &[

@@ -6,9 +6,10 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::Rng;
 
+use super::bounds::{ms, probability};
 use super::plan::Step;
 use super::record::SimEnd;
-use super::scenario::{ms, probability, Failure};
+use super::scenario::Failure;
 
 /// The `*_after_tokens` faults of one request, with the random ones already decided.
 pub(super) struct Faults {

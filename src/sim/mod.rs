@@ -127,6 +127,7 @@ mod aggregate;
 mod answer;
 mod anthropic;
 mod beats;
+mod bounds;
 mod continuation;
 mod faults;
 mod openai;

@@ -8,12 +8,13 @@ use rand::Rng;
 
 use super::answer::{self, REFUSAL_TEXT};
 use super::beats::{cut_text_beats, json_tokens, text_beats, tool_beats};
+use super::bounds::probability;
 use super::continuation::{PrefillOutcome, Reading};
 use super::faults::Faults;
 use super::quality::{self, Verdict};
 use super::record::SimEnd;
 use super::request::Asks;
-use super::scenario::{probability, Scenario, ToolCallSpec};
+use super::scenario::{Scenario, ToolCallSpec};
 use super::schema;
 use super::timing::{self, Moment};
 

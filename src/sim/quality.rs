@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::scenario::probability;
+use super::bounds::probability;
 
 /// Phrases a simulated model refuses to help with (case-insensitive, anywhere in the prompt):
 /// the simulator's stand-in for a safety policy.

@@ -7,7 +7,8 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal};
 
-use super::scenario::{ms, probability, Scenario};
+use super::bounds::{ms, probability};
+use super::scenario::Scenario;
 
 /// The longest TTFT stall drawn (one day).
 const MAX_STALL_MS: f64 = 86_400_000.0;
