@@ -33,13 +33,16 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_io_timeout::TimeoutStream;
 
-/// A client socket whose writes fail after `client_write_timeout` without progress.
-pub type ClientIo = TokioIo<Pin<Box<TimeoutStream<TcpStream>>>>;
+use super::sniff::Sniffed;
+
+/// A client socket whose writes fail after `client_write_timeout` without progress, its first
+/// bytes sniffed for the HTTP/2 preface (`sniff`).
+pub type ClientIo = TokioIo<Sniffed<Pin<Box<TimeoutStream<TcpStream>>>>>;
 
 pub fn client_io(stream: TcpStream, write_timeout: Duration) -> ClientIo {
     let mut io = TimeoutStream::new(stream);
     io.set_write_timeout(Some(write_timeout));
-    TokioIo::new(Box::pin(io))
+    TokioIo::new(Sniffed::new(Box::pin(io)))
 }
 
 /// How busy a connection is, and since when it has been idle.

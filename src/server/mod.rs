@@ -42,6 +42,7 @@ mod app;
 mod body;
 mod conn;
 mod reply;
+mod sniff;
 
 use std::future::Future;
 use std::net::SocketAddr;
