@@ -24,7 +24,6 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use axum::Router;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use hyper_util::rt::TokioIo;
@@ -33,6 +32,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_io_timeout::TimeoutStream;
 
+use super::app::Edge;
 use super::sniff::Sniffed;
 
 /// A client socket whose writes fail after `client_write_timeout` without progress, its first
@@ -125,12 +125,12 @@ impl Drop for InFlight {
 /// body is dropped.
 #[derive(Clone)]
 pub struct Tracked {
-    app: Router,
+    app: Edge,
     activity: Activity,
 }
 
 impl Tracked {
-    pub fn new(app: Router, activity: Activity) -> Self {
+    pub fn new(app: Edge, activity: Activity) -> Self {
         Tracked { app, activity }
     }
 }
@@ -145,14 +145,14 @@ where
     type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // A Router is always ready.
+        // The edge service is always ready.
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
         let in_flight = self.activity.begin();
         let request = Request::from(request.map(Body::new));
-        let answer = tower_service::Service::call(&mut self.app, request);
+        let answer = self.app.call(request);
         Box::pin(async move {
             let response = answer.await?;
             Ok(response.map(|body| {

@@ -61,7 +61,7 @@ use crate::gateway::{Gateway, StartError};
 use crate::sim::SimHandle;
 
 pub use crate::transport::AppState;
-pub use app::app;
+pub use app::{app, Edge};
 pub use reply::{dialect_of, EdgeRefusal};
 
 /// After the cut, how long the streams' in-band errors get to reach their clients before
@@ -224,7 +224,7 @@ fn conn_timeouts(state: &AppState) -> ConnTimeouts {
 struct Acceptor {
     listener: TcpListener,
     builder: Builder<TokioExecutor>,
-    app: axum::Router,
+    app: app::Edge,
     connections: Arc<Semaphore>,
     graceful: GracefulShutdown,
     timeouts: ConnTimeouts,

@@ -190,7 +190,10 @@ mod tests {
         let mut io = sniffed(&[&head[..24], &head[24..]]);
         let got = reads(&mut io, 8192).await;
         assert_eq!(got[0], b"", "the builder's read: HTTP/1, no prefix");
-        assert_eq!(got[1], head, "hyper's first read: the sniffed bytes and the rest together");
+        assert_eq!(
+            got[1], head,
+            "hyper's first read: the sniffed bytes and the rest together"
+        );
     }
 
     #[tokio::test]
