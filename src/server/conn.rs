@@ -33,6 +33,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_io_timeout::TimeoutStream;
 
 use super::app::Edge;
+use super::head;
 use super::sniff::Sniffed;
 
 /// A client socket whose writes fail after `client_write_timeout` without progress, its first
@@ -151,7 +152,9 @@ where
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
         let in_flight = self.activity.begin();
-        let request = Request::from(request.map(Body::new));
+        let (mut parts, body) = request.into_parts();
+        head::unshare(&mut parts);
+        let request = Request::from_parts(parts, Body::new(body));
         let answer = self.app.call(request);
         Box::pin(async move {
             let response = answer.await?;

@@ -41,6 +41,7 @@
 mod app;
 mod body;
 mod conn;
+mod head;
 mod reply;
 mod sniff;
 
