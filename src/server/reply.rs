@@ -77,7 +77,10 @@ impl EdgeRefusal {
 
 /// The dialect a path speaks.
 pub fn dialect_of(path: &str) -> Dialect {
-    let under = |prefix: &str| path == prefix || path.starts_with(&format!("{prefix}/"));
+    let under = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
     if under("/v1/messages") {
         Dialect::Anthropic
     } else if under("/v1/stream") || under("/v1/ws") {
