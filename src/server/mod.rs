@@ -6,7 +6,9 @@
 //! 2. the connection (`conn`): a socket write timeout (`client_write_timeout_ms`: a client
 //!    that takes no byte for that long is dropped) and a watchdog counting from accept
 //!    (`header_read_timeout_ms` until the first request, `idle_timeout_ms` with none in
-//!    flight after it);
+//!    flight after it); its first bytes are sniffed for the HTTP/2 preface (`sniff`) and each
+//!    request head is copied out of hyper's read buffer (`head`), so an HTTP/1 connection
+//!    keeps one 8 KiB read buffer;
 //! 3. hyper-util's connection builder: HTTP/1's per-request header-read timeout (slowloris),
 //!    a bounded header buffer and header count, HTTP/1.1 and HTTP/2, WebSocket upgrades;
 //! 4. the edge's refusals (`app`, `reply`): a bare 404, 405 or 413 becomes JSON in the path's
