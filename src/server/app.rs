@@ -1,27 +1,62 @@
-//! The axum app: every route, the body reader, the origin guard and CORS, and the edge's
-//! own refusals as JSON in the caller's dialect.
+//! The edge service in front of the axum routes: the edge's own refusals as JSON in the
+//! caller's dialect, the origin guard and CORS on the API, the body reader, then the routes.
+//!
+//! One service with a future of its own instead of a stack of `from_fn` layers on the router:
+//! each of those boxed a future and cloned the boxed routes beneath it on every request.
+//! Order for an API request (every path but the two pages), outermost first:
+//! 1. the refusals (`Refusals`): a bare 404, 405 or 413 from anything inside becomes JSON;
+//! 2. the origin guard (`transport::cors::guard`): a 403 before anything else runs, so a
+//!    refused origin's body is never read;
+//! 3. tower-http's CORS service (preflights; `Access-Control-Allow-Origin` on every answer,
+//!    the body reader's refusals included);
+//! 4. the body reader (`body::BodyReader`), then the routes (`transport::routes`,
+//!    `transport::ops::routes`), under axum's `DefaultBodyLimit` set to the same limit.
+//!
+//! `GET /` and `GET /dashboard` (the pages) get only step 1.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{header, StatusCode};
-use axum::middleware::{from_fn_with_state, Next};
 use axum::response::Response;
+use axum::routing::future::RouteFuture;
 use axum::Router;
+use pin_project_lite::pin_project;
+use tower_http::cors::{Cors, ResponseFuture as CorsFuture};
+use tower_service::Service;
 
-use super::body::{read_whole_body, BodyLimits};
-use super::reply::{dialect_of, render, request_id, EdgeRefusal};
+use super::body::{BodyLimits, BodyReader};
+use super::reply::{client_request_id, dialect_of, render, EdgeRefusal};
+use crate::transport::cors::{self, Origins};
 use crate::transport::{self, AppState};
+use crate::types::{Dialect, RequestCtx};
 
-/// The axum app with every route and the body limits, for a server bound to `local` (its
-/// loopback origins are allowed when it is on loopback).
-pub fn app(state: AppState, local: SocketAddr) -> Router {
+/// The paths served as pages, outside the origin guard and CORS.
+const PAGES: [&str; 2] = ["/", "/dashboard"];
+
+/// Every route behind the edge's limits, for a server bound to `local` (its loopback origins
+/// are allowed when it is on loopback). One per connection (cloned).
+#[derive(Clone)]
+pub struct Edge {
+    pages: Router,
+    api: Cors<BodyReader>,
+    origins: Arc<Origins>,
+    max_bytes: usize,
+}
+
+/// The app for a server bound to `local`.
+pub fn app(state: AppState, local: SocketAddr) -> Edge {
     let server = &state.config.server;
     let limits = BodyLimits {
         max_bytes: server.max_body_bytes,
         timeout: server.body_read_timeout,
     };
-    let origins = transport::cors::Origins::new(&server.cors_allowed_origins, local);
+    let origins = Arc::new(Origins::new(&server.cors_allowed_origins, local));
     // Embedded so the binary serves them from any working directory; `no-cache` so a rebuilt
     // binary's pages are picked up without a stale copy.
     let page = |html: &'static str| {
@@ -35,47 +70,148 @@ pub fn app(state: AppState, local: SocketAddr) -> Router {
             )
         })
     };
-    // The body is read inside the origin guard, so a refused origin's body is never read.
-    let api = transport::routes()
+    let pages = Router::new()
+        .route(PAGES[0], page(include_str!("../../static/index.html")))
+        .route(PAGES[1], page(include_str!("../../static/dashboard.html")));
+    let routes = transport::routes()
         .merge(transport::ops::routes())
-        .layer(from_fn_with_state(limits, read_whole_body))
-        // The reader above already bounds the body; this keeps axum's extractors agreeing.
-        .layer(DefaultBodyLimit::max(limits.max_bytes));
-    transport::cors::apply(api, origins)
-        .route("/", page(include_str!("../../static/index.html")))
-        .route("/dashboard", page(include_str!("../../static/dashboard.html")))
-        .layer(from_fn_with_state(limits.max_bytes, edge_refusals_as_json))
-        .with_state(state)
+        // The reader already bounds the body; this keeps axum's extractors agreeing.
+        .layer(DefaultBodyLimit::max(limits.max_bytes))
+        .with_state(state);
+    Edge {
+        pages,
+        api: cors::cors(BodyReader::new(routes, limits), &origins),
+        origins,
+        max_bytes: limits.max_bytes,
+    }
 }
 
-/// axum answers an unknown path (404), a wrong method (405) and an over-limit body (413) with
-/// an empty or plain-text body; clients of every dialect parse JSON errors, so those become
-/// JSON in the path's dialect, with `x-request-id`. Answers a handler wrote as JSON (e.g. a
-/// drill on an unknown route) pass through untouched.
-async fn edge_refusals_as_json(State(max_bytes): State<usize>, request: Request, next: Next) -> Response {
-    let dialect = dialect_of(request.uri().path());
-    let id = request_id(request.headers(), dialect);
-    let response = next.run(request).await;
-    let refusal = match response.status() {
-        StatusCode::NOT_FOUND => EdgeRefusal::NotFound,
-        StatusCode::METHOD_NOT_ALLOWED => EdgeRefusal::MethodNotAllowed,
-        StatusCode::PAYLOAD_TOO_LARGE => EdgeRefusal::TooLarge { limit: max_bytes },
-        _ => return response,
-    };
-    let is_json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if is_json {
-        return response;
-    }
-    let mut json = render(refusal, dialect, &id);
-    // Keep what the original said besides its body: `allow` on a 405, CORS headers.
-    for (name, value) in response.headers() {
-        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH && !json.headers().contains_key(name) {
-            json.headers_mut().insert(name.clone(), value.clone());
+impl Edge {
+    /// Answers `request` (see the module doc for what it passes).
+    pub fn call(&mut self, mut request: Request) -> EdgeFuture {
+        let path = request.uri().path();
+        let refusals = Some(Refusals {
+            dialect: dialect_of(path),
+            client_id: client_request_id(request.headers()).map(str::to_string),
+            max_bytes: self.max_bytes,
+        });
+        if PAGES.contains(&path) {
+            return EdgeFuture::Page {
+                future: self.pages.call(request),
+                refusals,
+            };
+        }
+        if let Some(refused) = cors::guard(&self.origins, request.headers(), request.uri()) {
+            return EdgeFuture::Refused {
+                response: Some(refused),
+            };
+        }
+        request.extensions_mut().insert(Arc::clone(&self.origins));
+        EdgeFuture::Api {
+            future: self.api.call(request),
+            refusals,
         }
     }
-    json
+}
+
+impl Service<Request> for Edge {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = EdgeFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Routers and the body reader are always ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> EdgeFuture {
+        Edge::call(self, request)
+    }
+}
+
+pin_project! {
+    /// The answer to one request through `Edge`.
+    #[project = EdgeProj]
+    pub enum EdgeFuture {
+        Api {
+            #[pin]
+            future: CorsFuture<<BodyReader as Service<Request>>::Future>,
+            refusals: Option<Refusals>,
+        },
+        Page {
+            #[pin]
+            future: RouteFuture<Infallible>,
+            refusals: Option<Refusals>,
+        },
+        /// Refused by the origin guard.
+        Refused { response: Option<Response> },
+    }
+}
+
+impl Future for EdgeFuture {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let (answer, refusals) = match self.project() {
+            EdgeProj::Api { future, refusals } => (ready!(future.poll(cx)), refusals),
+            EdgeProj::Page { future, refusals } => (ready!(future.poll(cx)), refusals),
+            EdgeProj::Refused { response } => {
+                return Poll::Ready(Ok(response.take().unwrap_or_else(gone)));
+            }
+        };
+        let Ok(response) = answer;
+        Poll::Ready(Ok(match refusals.take() {
+            Some(refusals) => refusals.into_json(response),
+            None => gone(),
+        }))
+    }
+}
+
+/// A future polled again after it answered (a caller's bug): an empty 500, never a panic.
+fn gone() -> Response {
+    let mut response = Response::default();
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response
+}
+
+/// What an answer needs to become one of the edge's JSON refusals.
+pub struct Refusals {
+    dialect: Dialect,
+    /// The client's `x-request-id`; a fresh one is made only for a refusal.
+    client_id: Option<String>,
+    max_bytes: usize,
+}
+
+impl Refusals {
+    /// axum answers an unknown path (404), a wrong method (405) and an over-limit body (413)
+    /// with an empty or plain-text body; clients of every dialect parse JSON errors, so those
+    /// become JSON in the path's dialect, with `x-request-id`. Answers a handler wrote as JSON
+    /// (e.g. a drill on an unknown route) pass through untouched.
+    fn into_json(self, response: Response) -> Response {
+        let refusal = match response.status() {
+            StatusCode::NOT_FOUND => EdgeRefusal::NotFound,
+            StatusCode::METHOD_NOT_ALLOWED => EdgeRefusal::MethodNotAllowed,
+            StatusCode::PAYLOAD_TOO_LARGE => EdgeRefusal::TooLarge { limit: self.max_bytes },
+            _ => return response,
+        };
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if is_json {
+            return response;
+        }
+        let id = self
+            .client_id
+            .unwrap_or_else(|| RequestCtx::new(self.dialect).request_id);
+        let mut json = render(refusal, self.dialect, &id);
+        // Keep what the original said besides its body: `allow` on a 405, CORS headers.
+        for (name, value) in response.headers() {
+            if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH && !json.headers().contains_key(name) {
+                json.headers_mut().insert(name.clone(), value.clone());
+            }
+        }
+        json
+    }
 }

@@ -7,15 +7,22 @@
 //! while a handler reads and has no clock: a body sent at a byte a second held its
 //! connection and handler for as long as the client liked.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, Method};
-use axum::middleware::Next;
 use axum::response::Response;
+use axum::routing::future::RouteFuture;
+use axum::Router;
 use bytes::BytesMut;
+use futures::future::Either;
 use futures::StreamExt;
+use tower_service::Service;
 
 use super::reply::{dialect_of, render, request_id, EdgeRefusal};
 
@@ -26,21 +33,50 @@ pub struct BodyLimits {
     pub timeout: Duration,
 }
 
-/// Middleware: replaces the request's body with the whole body, read within `limits`, or
-/// answers the refusal in the path's dialect.
-pub async fn read_whole_body(State(limits): State<BodyLimits>, request: Request, next: Next) -> Response {
-    // No body to wait for: bodiless methods (a WebSocket upgrade, and HTTP/2's extended
-    // CONNECT whose "body" is the socket) and empty bodies go straight on.
-    let bodiless = matches!(
-        *request.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::CONNECT | Method::TRACE
-    );
-    if bodiless || http_body::Body::is_end_stream(request.body()) {
-        return next.run(request).await;
+/// The routes behind the body reader: each request's body is replaced by the whole body,
+/// read within `limits`, or the request is answered with the refusal in the path's dialect.
+#[derive(Clone)]
+pub struct BodyReader {
+    routes: Router,
+    limits: BodyLimits,
+}
+
+impl BodyReader {
+    pub fn new(routes: Router, limits: BodyLimits) -> Self {
+        BodyReader { routes, limits }
     }
-    match read(request, limits).await {
-        Ok(request) => next.run(request).await,
-        Err((refusal, path, id)) => render(refusal, dialect_of(&path), &id),
+}
+
+type Gathered = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl Service<Request> for BodyReader {
+    type Response = Response;
+    type Error = Infallible;
+    /// Straight to the routes when there is no body to wait for; else the read, then them.
+    type Future = Either<RouteFuture<Infallible>, Gathered>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // A Router is always ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        // No body to wait for: bodiless methods (a WebSocket upgrade, and HTTP/2's extended
+        // CONNECT whose "body" is the socket) and empty bodies go straight on.
+        let bodiless = matches!(
+            *request.method(),
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::CONNECT | Method::TRACE
+        );
+        if bodiless || http_body::Body::is_end_stream(request.body()) {
+            return Either::Left(self.routes.call(request));
+        }
+        let (mut routes, limits) = (self.routes.clone(), self.limits);
+        Either::Right(Box::pin(async move {
+            match read(request, limits).await {
+                Ok(request) => routes.call(request).await,
+                Err((refusal, path, id)) => Ok(render(refusal, dialect_of(&path), &id)),
+            }
+        }))
     }
 }
 

@@ -24,7 +24,6 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use axum::Router;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use hyper_util::rt::TokioIo;
@@ -33,13 +32,18 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_io_timeout::TimeoutStream;
 
-/// A client socket whose writes fail after `client_write_timeout` without progress.
-pub type ClientIo = TokioIo<Pin<Box<TimeoutStream<TcpStream>>>>;
+use super::app::Edge;
+use super::head;
+use super::sniff::Sniffed;
+
+/// A client socket whose writes fail after `client_write_timeout` without progress, its first
+/// bytes sniffed for the HTTP/2 preface (`sniff`).
+pub type ClientIo = TokioIo<Sniffed<Pin<Box<TimeoutStream<TcpStream>>>>>;
 
 pub fn client_io(stream: TcpStream, write_timeout: Duration) -> ClientIo {
     let mut io = TimeoutStream::new(stream);
     io.set_write_timeout(Some(write_timeout));
-    TokioIo::new(Box::pin(io))
+    TokioIo::new(Sniffed::new(Box::pin(io)))
 }
 
 /// How busy a connection is, and since when it has been idle.
@@ -122,12 +126,12 @@ impl Drop for InFlight {
 /// body is dropped.
 #[derive(Clone)]
 pub struct Tracked {
-    app: Router,
+    app: Edge,
     activity: Activity,
 }
 
 impl Tracked {
-    pub fn new(app: Router, activity: Activity) -> Self {
+    pub fn new(app: Edge, activity: Activity) -> Self {
         Tracked { app, activity }
     }
 }
@@ -142,14 +146,16 @@ where
     type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // A Router is always ready.
+        // The edge service is always ready.
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
         let in_flight = self.activity.begin();
-        let request = Request::from(request.map(Body::new));
-        let answer = tower_service::Service::call(&mut self.app, request);
+        let (mut parts, body) = request.into_parts();
+        head::unshare(&mut parts);
+        let request = Request::from_parts(parts, Body::new(body));
+        let answer = self.app.call(request);
         Box::pin(async move {
             let response = answer.await?;
             Ok(response.map(|body| {

@@ -6,7 +6,9 @@
 //! 2. the connection (`conn`): a socket write timeout (`client_write_timeout_ms`: a client
 //!    that takes no byte for that long is dropped) and a watchdog counting from accept
 //!    (`header_read_timeout_ms` until the first request, `idle_timeout_ms` with none in
-//!    flight after it);
+//!    flight after it); its first bytes are sniffed for the HTTP/2 preface (`sniff`) and each
+//!    request head is copied out of hyper's read buffer (`head`), so an HTTP/1 connection
+//!    keeps one 8 KiB read buffer;
 //! 3. hyper-util's connection builder: HTTP/1's per-request header-read timeout (slowloris),
 //!    a bounded header buffer and header count, HTTP/1.1 and HTTP/2, WebSocket upgrades;
 //! 4. the edge's refusals (`app`, `reply`): a bare 404, 405 or 413 becomes JSON in the path's
@@ -41,7 +43,9 @@
 mod app;
 mod body;
 mod conn;
+mod head;
 mod reply;
+mod sniff;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -60,7 +64,7 @@ use crate::gateway::{Gateway, StartError};
 use crate::sim::SimHandle;
 
 pub use crate::transport::AppState;
-pub use app::app;
+pub use app::{app, Edge};
 pub use reply::{dialect_of, EdgeRefusal};
 
 /// After the cut, how long the streams' in-band errors get to reach their clients before
@@ -223,7 +227,7 @@ fn conn_timeouts(state: &AppState) -> ConnTimeouts {
 struct Acceptor {
     listener: TcpListener,
     builder: Builder<TokioExecutor>,
-    app: axum::Router,
+    app: app::Edge,
     connections: Arc<Semaphore>,
     graceful: GracefulShutdown,
     timeouts: ConnTimeouts,

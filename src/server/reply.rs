@@ -77,7 +77,10 @@ impl EdgeRefusal {
 
 /// The dialect a path speaks.
 pub fn dialect_of(path: &str) -> Dialect {
-    let under = |prefix: &str| path == prefix || path.starts_with(&format!("{prefix}/"));
+    let under = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
     if under("/v1/messages") {
         Dialect::Anthropic
     } else if under("/v1/stream") || under("/v1/ws") {
@@ -90,12 +93,16 @@ pub fn dialect_of(path: &str) -> Dialect {
 /// The request id the answer will carry: the client's `x-request-id` when it sent a usable
 /// one (the rule `RequestCtx::from_headers` applies), else a fresh one.
 pub fn request_id(headers: &HeaderMap, dialect: Dialect) -> String {
+    client_request_id(headers).map_or_else(|| RequestCtx::new(dialect).request_id, str::to_string)
+}
+
+/// The client's `x-request-id`, when it sent a usable one.
+pub fn client_request_id(headers: &HeaderMap) -> Option<&str> {
     headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|s| !s.is_empty() && s.len() <= 128)
-        .map_or_else(|| RequestCtx::new(dialect).request_id, str::to_string)
 }
 
 /// `refusal` as JSON in `dialect`, with `x-request-id` (and `connection: close` where the

@@ -41,12 +41,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, Method, Uri};
-use axum::middleware::Next;
 use axum::response::Response;
-use axum::{Extension, Router};
-use tower_http::cors::{AllowOrigin, AllowPrivateNetwork, CorsLayer};
+use tower_http::cors::{AllowOrigin, AllowPrivateNetwork, Cors};
 
 use super::error::ErrorReply;
 use super::{anthropic, native_sse, openai};
@@ -211,24 +208,18 @@ fn loopback_hosts(local: SocketAddr) -> Vec<String> {
     hosts
 }
 
-/// Wraps `router`: every request passes the origin guard first, then tower-http's CORS layer.
-/// Handlers find the `Origins` in an `Extension` (the WebSocket upgrade checks it again).
-pub fn apply<S: Clone + Send + Sync + 'static>(router: Router<S>, origins: Origins) -> Router<S> {
-    let origins = Arc::new(origins);
-    router
-        .layer(cors_layer(&origins))
-        .layer(Extension(Arc::clone(&origins)))
-        .layer(axum::middleware::from_fn_with_state(origins, guard))
-}
-
-fn cors_layer(origins: &Arc<Origins>) -> CorsLayer {
+/// `inner` behind tower-http's CORS service for `origins`: it answers allowed preflights and
+/// adds `Access-Control-Allow-Origin` to allowed answers. The origin guard ([`guard`]) runs
+/// before it (`server::app`), and handlers find the `Origins` in an extension (the WebSocket
+/// upgrade checks it again).
+pub fn cors<S>(inner: S, origins: &Arc<Origins>) -> Cors<S> {
     let allowed = |origins: &Arc<Origins>| {
         let origins = Arc::clone(origins);
         move |origin: &axum::http::HeaderValue, _: &axum::http::request::Parts| {
             origin.to_str().is_ok_and(|o| origins.allows(o))
         }
     };
-    CorsLayer::new()
+    Cors::new(inner)
         .allow_origin(AllowOrigin::predicate(allowed(origins)))
         .allow_private_network(AllowPrivateNetwork::predicate(allowed(origins)))
         .allow_methods([Method::GET, Method::POST])
@@ -237,20 +228,19 @@ fn cors_layer(origins: &Arc<Origins>) -> CorsLayer {
         .max_age(PREFLIGHT_MAX_AGE)
 }
 
-async fn guard(State(origins): State<Arc<Origins>>, request: Request, next: Next) -> Response {
-    match origins.check(request.headers(), request.uri()) {
-        Ok(()) => next.run(request).await,
-        Err(refusal) => {
-            let path = request.uri().path();
-            tracing::info!(
-                reason = refusal.metric_label(),
-                path,
-                origin = ?request.headers().get(header::ORIGIN),
-                "browser request refused"
-            );
-            refused(path, refusal)
-        }
-    }
+/// The origin guard for one request: the 403 to answer (logged) when `origins` refuses it
+/// (the numbered rules of the module doc), `None` when it may go on.
+pub fn guard(origins: &Origins, headers: &HeaderMap, uri: &Uri) -> Option<Response> {
+    origins.check(headers, uri).err().map(|refusal| {
+        let path = uri.path();
+        tracing::info!(
+            reason = refusal.metric_label(),
+            path,
+            origin = ?headers.get(header::ORIGIN),
+            "browser request refused"
+        );
+        refused(path, refusal)
+    })
 }
 
 /// A 403 in the error shape of the endpoint's dialect (OpenAI's for the ops endpoints).

@@ -35,6 +35,9 @@ pub struct AppState {
     pub resumable: Arc<Registry>,
     /// `[state] redis_url`: state shared with other instances, or `None` (local only).
     pub shared: Option<Arc<Shared>>,
+    /// Per client-facing model, its routes' context windows, for WebSocket sessions'
+    /// histories: built once, not per socket.
+    pub ws_windows: Arc<crate::transport::ws::Windows>,
 }
 
 impl AppState {
@@ -56,6 +59,7 @@ impl AppState {
             crate::shared::hints::spawn(shared, gateway.health(), config.state.hint_poll);
         }
         AppState {
+            ws_windows: crate::transport::ws::windows(&config),
             shared,
             streams: Arc::clone(gate.all()),
             gate,

@@ -22,7 +22,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 
 pub use protocol::{parse, ClientMessage, ProtocolError};
-pub use session::{Session, MAX_REQUESTS_PER_SOCKET};
+pub use session::{RouteWindow, Session, MAX_REQUESTS_PER_SOCKET};
 
 use super::cors::Origins;
 use super::error::ErrorReply;
@@ -97,7 +97,8 @@ async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: sup
     let gateway = state.gateway.clone();
     let slots = slots(&state, caller.clone());
     let chat = caller.gated(move |req, ctx| gateway.chat(req, ctx));
-    let session = Session::new(chat, base, slots, state.resumable.clone(), out).with_windows(windows(&state));
+    let session =
+        Session::new(chat, base, slots, state.resumable.clone(), out).with_windows(Arc::clone(&state.ws_windows));
     let close = {
         let writer = write_queued(&mut sink, queued);
         tokio::pin!(writer);
@@ -117,11 +118,14 @@ async fn serve(socket: WebSocket, state: AppState, base: RequestCtx, caller: sup
     let _ = tokio::time::timeout(CLOSE_GRACE, goodbye).await;
 }
 
+/// Per client-facing model, its routes' context windows (`windows`).
+pub type Windows = HashMap<String, Vec<RouteWindow>>;
+
 /// Per client-facing model, each route's context window and output reserve: a session's
-/// history is projected to fit the route most able to take it.
-fn windows(state: &AppState) -> Arc<HashMap<String, Vec<session::RouteWindow>>> {
+/// history is projected to fit the route most able to take it. Built once per server
+/// (`AppState::ws_windows`), shared by every socket.
+pub fn windows(config: &crate::config::Config) -> Arc<Windows> {
     use crate::config::Wire;
-    let config = &state.config;
     let windows = config
         .models
         .iter()
@@ -130,7 +134,7 @@ fn windows(state: &AppState) -> Arc<HashMap<String, Vec<session::RouteWindow>>> 
                 .routes
                 .iter()
                 .filter(|r| model.routes.contains(&r.name))
-                .map(|r| session::RouteWindow {
+                .map(|r| RouteWindow {
                     window: u64::from(r.context_window),
                     max_output: r.max_output,
                     // What the router reserves for the answer when the request sets no max_tokens.
