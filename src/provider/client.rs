@@ -599,7 +599,10 @@ mod tests {
         async fn no_proxy_hosts_connect_directly() {
             let upstream = ReplayServer::start(Reply::sse("data: [DONE]\n\n")).await;
             let proxy = TestProxy::start(ProxyMode::Refuse(403)).await;
-            let client = via(&proxy.url, "example.com, 127.0.0.0/8");
+            let client = via(
+                &proxy.url_with_credentials("user", "s3cret"),
+                "example.com, 127.0.0.0/8",
+            );
             let url = format!("{}/v1/chat/completions", upstream.base);
             let response = client.request(post(&url)).await.expect("straight to the upstream");
             assert_eq!(response.status(), 200);
@@ -609,10 +612,42 @@ mod tests {
                 proxy.saw.lock()
             );
             assert_eq!(upstream.requests.lock().len(), 1);
+            assert!(
+                !upstream.requests.lock()[0].headers.contains_key("proxy-authorization"),
+                "the proxy's credentials went to the upstream"
+            );
             // Without the rule, loopback is proxied like any host (as `Matcher::from_env` reads it).
             let proxied = via(&proxy.url, "example.com").request(post(&url)).await;
             assert_eq!(proxied.map(|r| r.status().as_u16()).ok(), Some(403));
             assert_eq!(proxy.saw.lock().len(), 1);
+        }
+
+        #[tokio::test]
+        async fn a_proxy_of_another_scheme_fails_the_connect_instead_of_going_around_it() {
+            let upstream = ReplayServer::start(Reply::sse("data: [DONE]\n\n")).await;
+            for proxy in ["https://user:s3cret@127.0.0.1:9", "socks5://user:s3cret@127.0.0.1:9"] {
+                let err = via(proxy, "")
+                    .request(post(&format!("{}/v1/chat/completions", upstream.base)))
+                    .await
+                    .expect_err("no way through that proxy");
+                let e = classify_transport(&err);
+                assert_eq!(e.class, ErrorClass::Unavailable, "{proxy}: {e}");
+                assert!(
+                    e.message
+                        .starts_with("could not connect to upstream (unsupported proxy)"),
+                    "{proxy}: {}",
+                    e.message
+                );
+                assert!(!e.message.contains("s3cret"), "{}", e.message);
+            }
+            assert!(upstream.requests.lock().is_empty(), "a request went around the proxy");
+        }
+
+        #[test]
+        fn the_clients_debug_names_the_proxy_without_its_credentials() {
+            let shown = format!("{:?}", via("http://user:s3cret@127.0.0.1:3128", "internal.example"));
+            assert!(shown.contains("127.0.0.1:3128"), "{shown}");
+            assert!(!shown.contains("s3cret") && !shown.contains("user"), "{shown}");
         }
 
         #[tokio::test(start_paused = true)]

@@ -693,6 +693,13 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_proxy_asking_for_credentials_is_unavailable_not_the_clients_error() {
+        let e = classify_status(407, &HeaderMap::new(), b"");
+        assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
+        assert_eq!(e.status, Some(407));
+    }
+
     #[tokio::test]
     async fn transport_connect_failure_is_unavailable() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
