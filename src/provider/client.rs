@@ -192,7 +192,7 @@ impl Service<Uri> for ProxyConnector {
             let scheme = proxy.uri().scheme_str().unwrap_or_default().to_string();
             return Box::pin(async move { Err(ProxyFailed::Unsupported { proxy: at, scheme }.into()) });
         }
-        let to_proxy = ToProxy {
+        let mut to_proxy = ToProxy {
             tcp: self.tcp.clone(),
             at: at.clone(),
         };
@@ -220,7 +220,6 @@ impl Service<Uri> for ProxyConnector {
                 .into())
             });
         }
-        let mut to_proxy = to_proxy;
         let connecting = to_proxy.call(proxy.uri().clone());
         Box::pin(async move {
             Ok(ProxiedIo {
