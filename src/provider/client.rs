@@ -6,6 +6,12 @@
 //! and retries only a request that never reached a reused connection): a 3xx is an
 //! unexpected status, and failover is the mux's call. There is no overall timeout either:
 //! the mux owns deadlines and stall detection.
+//!
+//! An egress proxy is taken from the environment as reqwest and curl read it (`HTTP_PROXY`,
+//! `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`, and the lower-case forms; hyper-util's
+//! `Matcher::from_env`): an https upstream is reached through an HTTP CONNECT tunnel (TLS
+//! end to end, SNI the upstream's host), a plain-http one by sending the proxy the request in
+//! absolute form. Proxy credentials in the proxy's URL go in `Proxy-Authorization`.
 
 use std::fmt;
 use std::future::Future;
@@ -15,12 +21,15 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::uri::Scheme;
 use http::{Request, Uri};
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::{Client, ResponseFuture};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower_service::Service;
 
 /// How long reaching an upstream may take, TCP and TLS together.
@@ -45,17 +54,29 @@ pub type RequestBody = Full<Bytes>;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-type Connector = ConnectTimeout<HttpsConnector<HttpConnector>>;
+type Connector = ConnectTimeout<HttpsConnector<ProxyConnector>>;
 
 /// The shared upstream client: cheap to clone, one connection pool for all clones.
 #[derive(Clone)]
 pub struct HttpClient {
     inner: Client<Connector, RequestBody>,
+    proxies: Arc<Matcher>,
 }
 
 impl HttpClient {
     /// Sends `request`; resolves at the response's head.
-    pub(crate) fn request(&self, request: Request<RequestBody>) -> ResponseFuture {
+    pub(crate) fn request(&self, mut request: Request<RequestBody>) -> ResponseFuture {
+        // A plain-http request to a proxy carries the proxy's credentials itself (an https
+        // one sends them in the CONNECT, see `ProxyConnector`). The header is sensitive:
+        // never indexed, never shown by `Debug`.
+        if request.uri().scheme() == Some(&Scheme::HTTP) {
+            let proxy = self.proxies.intercept(request.uri());
+            if let Some(auth) = proxy.as_ref().and_then(|p| p.basic_auth()) {
+                let mut auth = auth.clone();
+                auth.set_sensitive(true);
+                request.headers_mut().insert(http::header::PROXY_AUTHORIZATION, auth);
+            }
+        }
         self.inner.request(request)
     }
 }
@@ -65,23 +86,46 @@ impl fmt::Debug for HttpClient {
         f.debug_struct("HttpClient")
             .field("connect_timeout", &CONNECT_TIMEOUT)
             .field("pool_max_idle_per_host", &POOL_MAX_IDLE_PER_HOST)
+            // The matcher's `Debug` names the proxies' URLs without their credentials.
+            .field("proxies", &self.proxies)
             .finish()
     }
 }
 
-/// Builds the upstream client (one per process; clones share its pool).
+/// Builds the upstream client (one per process; clones share its pool), with the egress
+/// proxy the environment names, if any.
 pub fn http_client() -> HttpClient {
+    // The unit tests' clients connect directly whatever the developer's shell sets (the
+    // proxy tests pass their own rules to `http_client_with`).
+    #[cfg(not(test))]
+    let proxies = Matcher::from_env();
+    #[cfg(test)]
+    let proxies = Matcher::builder().build();
+    tracing::info!(?proxies, "upstream egress proxies (from the environment)");
+    http_client_with(proxies)
+}
+
+/// Builds the upstream client with these proxy rules (tests pass their own: the
+/// environment is one for every test thread).
+pub(crate) fn http_client_with(proxies: Matcher) -> HttpClient {
     // Other parts of the process (tests' clients) look for a process-wide provider: ring,
     // as here. A second install fails harmlessly.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.enforce_http(false);
+    let proxies = Arc::new(proxies);
+    let tcp = ProxyConnector {
+        tcp: http,
+        proxies: Arc::clone(&proxies),
+    };
+    // TLS wraps whatever the proxy connector returns: over a CONNECT tunnel it is end to
+    // end with the upstream, its SNI the upstream's host.
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls_config(Arc::new(rustls::crypto::ring::default_provider())))
         .https_or_http()
         .enable_all_versions()
-        .wrap_connector(http);
+        .wrap_connector(tcp);
     let connector = ConnectTimeout {
         inner: https,
         timeout: CONNECT_TIMEOUT,
@@ -92,7 +136,7 @@ pub fn http_client() -> HttpClient {
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
         .build(connector);
-    HttpClient { inner }
+    HttpClient { inner, proxies }
 }
 
 /// TLS 1.2 and 1.3 over ring, certificates checked by the platform verifier (on Linux:
@@ -113,6 +157,184 @@ fn tls_config(provider: Arc<rustls::crypto::CryptoProvider>) -> rustls::ClientCo
                 .with_root_certificates(rustls::RootCertStore::empty())
                 .with_no_client_auth()
         }
+    }
+}
+
+/// The TCP leg of a connect: straight to the upstream, or to the proxy the matcher names for
+/// it (`NO_PROXY` hosts and upstreams of a scheme without a proxy connect directly). An
+/// https upstream behind a proxy gets a CONNECT tunnel; a plain-http one a connection to the
+/// proxy marked as proxied, so the client sends its requests in absolute form.
+#[derive(Clone)]
+pub(crate) struct ProxyConnector {
+    tcp: HttpConnector,
+    proxies: Arc<Matcher>,
+}
+
+type Connecting = Pin<Box<dyn Future<Output = Result<ProxiedIo, BoxError>> + Send>>;
+
+impl Service<Uri> for ProxyConnector {
+    type Response = ProxiedIo;
+    type Error = BoxError;
+    type Future = Connecting;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tcp.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let Some(proxy) = self.proxies.intercept(&dst) else {
+            let connecting = self.tcp.call(dst);
+            return Box::pin(async move { Ok(ProxiedIo::direct(connecting.await?)) });
+        };
+        // The matcher strips the credentials from the proxy's URL: this names host and port.
+        let at = proxy.uri().authority().map_or_else(String::new, ToString::to_string);
+        if proxy.uri().scheme() != Some(&Scheme::HTTP) {
+            let scheme = proxy.uri().scheme_str().unwrap_or_default().to_string();
+            return Box::pin(async move { Err(ProxyFailed::Unsupported { proxy: at, scheme }.into()) });
+        }
+        let mut to_proxy = ToProxy {
+            tcp: self.tcp.clone(),
+            at: at.clone(),
+        };
+        if dst.scheme() == Some(&Scheme::HTTPS) {
+            let mut tunnel = Tunnel::new(proxy.uri().clone(), to_proxy);
+            if let Some(auth) = proxy.basic_auth() {
+                tunnel = tunnel.with_auth(auth.clone());
+            }
+            // `Tunnel` is ready whenever its TCP connector is, and `HttpConnector` always is.
+            let connecting = tunnel.call(dst);
+            return Box::pin(async move {
+                let failed: BoxError = match connecting.await {
+                    Ok(io) => return Ok(ProxiedIo::direct(io)),
+                    Err(e) => e.into(),
+                };
+                // A proxy that could not be reached is named so by `ToProxy`, inside the
+                // tunnel's error; any other tunnel failure is the proxy's answer.
+                if failed.source().is_some_and(|inner| inner.is::<ProxyFailed>()) {
+                    return Err(failed);
+                }
+                Err(ProxyFailed::Refused {
+                    proxy: at,
+                    source: failed,
+                }
+                .into())
+            });
+        }
+        let connecting = to_proxy.call(proxy.uri().clone());
+        Box::pin(async move {
+            Ok(ProxiedIo {
+                io: connecting.await?,
+                absolute_form: true,
+            })
+        })
+    }
+}
+
+/// The TCP connect to a proxy; its failure says that the proxy could not be reached.
+#[derive(Clone)]
+struct ToProxy {
+    tcp: HttpConnector,
+    at: String,
+}
+
+impl Service<Uri> for ToProxy {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tcp.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, proxy: Uri) -> Self::Future {
+        let (connecting, at) = (self.tcp.call(proxy), self.at.clone());
+        Box::pin(async move {
+            connecting.await.map_err(|e| {
+                ProxyFailed::Unreachable {
+                    proxy: at,
+                    source: e.into(),
+                }
+                .into()
+            })
+        })
+    }
+}
+
+/// A connect through the egress proxy that failed at the proxy. The proxy is named by host
+/// and port only, never with its credentials.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProxyFailed {
+    #[error("could not reach the proxy at {proxy}")]
+    Unreachable {
+        proxy: String,
+        #[source]
+        source: BoxError,
+    },
+    #[error("the proxy at {proxy} refused the tunnel")]
+    Refused {
+        proxy: String,
+        #[source]
+        source: BoxError,
+    },
+    #[error("the proxy at {proxy} is a {scheme}:// proxy; only http:// proxies are supported")]
+    Unsupported { proxy: String, scheme: String },
+}
+
+/// A TCP connection to the upstream (maybe through a tunnel) or to a proxy that takes
+/// absolute-form requests; tells hyper-util's client which.
+pub(crate) struct ProxiedIo {
+    io: TokioIo<tokio::net::TcpStream>,
+    absolute_form: bool,
+}
+
+impl ProxiedIo {
+    fn direct(io: TokioIo<tokio::net::TcpStream>) -> Self {
+        ProxiedIo {
+            io,
+            absolute_form: false,
+        }
+    }
+}
+
+impl Connection for ProxiedIo {
+    fn connected(&self) -> Connected {
+        self.io.connected().proxy(self.absolute_form)
+    }
+}
+
+impl hyper::rt::Read for ProxiedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for ProxiedIo {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -180,7 +402,6 @@ where
 mod tests {
     use super::*;
     use crate::provider::{classify_transport, ErrorClass};
-    use hyper_util::rt::TokioIo;
 
     /// A connector whose connects never finish (an upstream that drops SYNs).
     #[derive(Clone)]
@@ -251,5 +472,222 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    mod through_a_proxy {
+        use super::*;
+        use crate::provider::testkit::{ProxyMode, ReplayServer, Reply, TestProxy};
+
+        fn via(proxy: &str, no_proxy: &str) -> HttpClient {
+            http_client_with(Matcher::builder().http(proxy).https(proxy).no(no_proxy).build())
+        }
+
+        #[tokio::test]
+        async fn an_http_upstream_is_asked_in_absolute_form_with_the_proxys_credentials() {
+            let upstream = ReplayServer::start(Reply::sse("data: [DONE]\n\n")).await;
+            let proxy = TestProxy::start(ProxyMode::Relay).await;
+            let client = via(&proxy.url_with_credentials("user", "s3cret"), "");
+            let url = format!("{}/v1/chat/completions", upstream.base);
+            let response = client.request(post(&url)).await.expect("relayed through the proxy");
+            assert_eq!(response.status(), 200);
+            let saw = proxy.saw.lock().clone();
+            assert_eq!(saw.len(), 1, "{saw:?}");
+            assert_eq!(saw[0].request_line, format!("POST {url} HTTP/1.1"));
+            // base64("user:s3cret")
+            assert_eq!(saw[0].proxy_authorization.as_deref(), Some("Basic dXNlcjpzM2NyZXQ="));
+            assert_eq!(upstream.requests.lock().len(), 1);
+            assert_eq!(upstream.requests.lock()[0].path, "/v1/chat/completions");
+        }
+
+        #[tokio::test]
+        async fn an_https_upstream_gets_a_connect_tunnel_with_tls_to_the_upstream_inside() {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            // The upstream speaks no TLS: what it receives through the tunnel is the client's
+            // TLS hello, which names the upstream (SNI), not the proxy.
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind loopback");
+            let port = listener.local_addr().expect("addr").port();
+            let hello = tokio::spawn(async move {
+                let (mut socket, _) = listener.accept().await.expect("accept");
+                let mut hello = vec![0u8; 2048];
+                let n = socket.read(&mut hello).await.unwrap_or(0);
+                hello.truncate(n);
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+                hello
+            });
+            let proxy = TestProxy::start(ProxyMode::Relay).await;
+            let client = via(&proxy.url_with_credentials("user", "s3cret"), "");
+            let sent = client.request(post(&format!("https://localhost:{port}/v1/chat/completions")));
+            let err = sent.await.expect_err("the upstream speaks no TLS");
+            let saw = proxy.saw.lock().clone();
+            assert_eq!(saw.len(), 1, "{saw:?}");
+            assert_eq!(saw[0].request_line, format!("CONNECT localhost:{port} HTTP/1.1"));
+            assert_eq!(saw[0].proxy_authorization.as_deref(), Some("Basic dXNlcjpzM2NyZXQ="));
+            let hello = hello.await.expect("upstream task");
+            assert_eq!(
+                hello.first(),
+                Some(&0x16),
+                "a TLS handshake record came through the tunnel"
+            );
+            assert!(
+                hello.windows(b"localhost".len()).any(|w| w == b"localhost"),
+                "the hello's SNI names the upstream"
+            );
+            let e = classify_transport(&err);
+            assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
+            assert!(
+                e.message.starts_with("could not connect to upstream (TLS)"),
+                "{}",
+                e.message
+            );
+        }
+
+        #[tokio::test]
+        async fn a_refused_connect_is_a_failed_connect_that_names_the_proxy_not_its_credentials() {
+            for status in [407, 403, 502] {
+                let proxy = TestProxy::start(ProxyMode::Refuse(status)).await;
+                let client = via(&proxy.url_with_credentials("user", "s3cret"), "");
+                let err = client
+                    .request(post("https://upstream.invalid/v1/chat/completions"))
+                    .await
+                    .expect_err("the proxy refuses");
+                let e = classify_transport(&err);
+                assert_eq!(e.class, ErrorClass::Unavailable, "{status}: {e}");
+                assert!(
+                    e.message
+                        .starts_with("could not connect to upstream (the proxy refused)"),
+                    "{status}: {}",
+                    e.message
+                );
+                let at = proxy.url.trim_start_matches("http://");
+                assert!(e.message.contains(at), "{status}: {}", e.message);
+                assert!(
+                    !e.message.contains("s3cret") && !e.message.contains("dXNlcjpzM2NyZXQ"),
+                    "{}",
+                    e.message
+                );
+                assert_eq!(proxy.saw.lock().len(), 1);
+            }
+        }
+
+        #[tokio::test]
+        async fn a_proxy_that_cannot_be_reached_is_a_failed_connect() {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+            let addr = listener.local_addr().expect("local addr");
+            drop(listener);
+            let client = via(&format!("http://user:s3cret@{addr}"), "");
+            for url in ["https://upstream.invalid/v1/x", "http://upstream.invalid/v1/x"] {
+                let err = client.request(post(url)).await.expect_err("nothing listens there");
+                let e = classify_transport(&err);
+                assert_eq!(e.class, ErrorClass::Unavailable, "{url}: {e}");
+                assert!(
+                    e.message
+                        .starts_with("could not connect to upstream (the proxy could not be reached)"),
+                    "{url}: {}",
+                    e.message
+                );
+                assert!(e.message.contains(&addr.to_string()), "{}", e.message);
+                assert!(!e.message.contains("s3cret"), "{}", e.message);
+            }
+        }
+
+        #[tokio::test]
+        async fn no_proxy_hosts_connect_directly() {
+            let upstream = ReplayServer::start(Reply::sse("data: [DONE]\n\n")).await;
+            let proxy = TestProxy::start(ProxyMode::Refuse(403)).await;
+            let client = via(
+                &proxy.url_with_credentials("user", "s3cret"),
+                "example.com, 127.0.0.0/8",
+            );
+            let url = format!("{}/v1/chat/completions", upstream.base);
+            let response = client.request(post(&url)).await.expect("straight to the upstream");
+            assert_eq!(response.status(), 200);
+            assert!(
+                proxy.saw.lock().is_empty(),
+                "the proxy was asked: {:?}",
+                proxy.saw.lock()
+            );
+            assert_eq!(upstream.requests.lock().len(), 1);
+            assert!(
+                !upstream.requests.lock()[0].headers.contains_key("proxy-authorization"),
+                "the proxy's credentials went to the upstream"
+            );
+            // Without the rule, loopback is proxied like any host (as `Matcher::from_env` reads it).
+            let proxied = via(&proxy.url, "example.com").request(post(&url)).await;
+            assert_eq!(proxied.map(|r| r.status().as_u16()).ok(), Some(403));
+            assert_eq!(proxy.saw.lock().len(), 1);
+        }
+
+        #[tokio::test]
+        async fn a_proxy_of_another_scheme_fails_the_connect_instead_of_going_around_it() {
+            let upstream = ReplayServer::start(Reply::sse("data: [DONE]\n\n")).await;
+            for proxy in ["https://user:s3cret@127.0.0.1:9", "socks5://user:s3cret@127.0.0.1:9"] {
+                let err = via(proxy, "")
+                    .request(post(&format!("{}/v1/chat/completions", upstream.base)))
+                    .await
+                    .expect_err("no way through that proxy");
+                let e = classify_transport(&err);
+                assert_eq!(e.class, ErrorClass::Unavailable, "{proxy}: {e}");
+                assert!(
+                    e.message
+                        .starts_with("could not connect to upstream (unsupported proxy)"),
+                    "{proxy}: {}",
+                    e.message
+                );
+                assert!(!e.message.contains("s3cret"), "{}", e.message);
+            }
+            assert!(upstream.requests.lock().is_empty(), "a request went around the proxy");
+        }
+
+        #[test]
+        fn the_clients_debug_names_the_proxy_without_its_credentials() {
+            let shown = format!("{:?}", via("http://user:s3cret@127.0.0.1:3128", "internal.example"));
+            assert!(shown.contains("127.0.0.1:3128"), "{shown}");
+            assert!(!shown.contains("s3cret") && !shown.contains("user"), "{shown}");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn the_connect_timeout_covers_a_proxy_that_never_answers_the_connect() {
+            // A proxy that takes the connection and never answers.
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind loopback");
+            let addr = listener.local_addr().expect("addr");
+            let asked = Arc::new(tokio::sync::Notify::new());
+            let told = Arc::clone(&asked);
+            let _held = tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut held = Vec::new();
+                while let Ok((mut socket, _)) = listener.accept().await {
+                    let mut head = [0u8; 1024];
+                    if socket
+                        .read(&mut head)
+                        .await
+                        .is_ok_and(|n| head[..n].starts_with(b"CONNECT "))
+                    {
+                        told.notify_one();
+                    }
+                    held.push(socket);
+                }
+            });
+            let client = via(&format!("http://{addr}"), "");
+            let sent = client.request(post("https://upstream.invalid/v1/chat/completions"));
+            let err = match tokio::time::timeout(CONNECT_TIMEOUT * 2, sent).await {
+                Ok(Err(err)) => err,
+                Ok(Ok(_)) => panic!("a silent proxy cannot answer"),
+                Err(_) => panic!("the connect timeout did not fire"),
+            };
+            let e = classify_transport(&err);
+            assert_eq!(e.class, ErrorClass::Timeout, "{e}");
+            // The deadline fired while the proxy held the CONNECT, not before it arrived.
+            tokio::select! {
+                biased;
+                () = asked.notified() => {}
+                () = std::future::ready(()) => panic!("the proxy never got the CONNECT"),
+            }
+        }
     }
 }

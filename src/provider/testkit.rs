@@ -318,3 +318,114 @@ pub fn sse_answer(sse: &str) -> String {
         sse.len()
     )
 }
+
+/// What the test proxy does with a CONNECT.
+#[derive(Debug, Clone, Copy)]
+pub enum ProxyMode {
+    /// Opens the tunnel (and relays absolute-form requests).
+    Relay,
+    /// Answers every request with this status and closes.
+    Refuse(u16),
+}
+
+/// What the test proxy saw of one connection: its first request's line and its
+/// `proxy-authorization`, if any.
+#[derive(Debug, Clone)]
+pub struct ProxySaw {
+    pub request_line: String,
+    pub proxy_authorization: Option<String>,
+}
+
+/// A loopback HTTP proxy: takes CONNECT (opens a TCP tunnel to the target and relays bytes
+/// both ways) and absolute-form requests (relays the connection to the request's host as
+/// is), or refuses everything with one status. Records each connection's first request.
+pub struct TestProxy {
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    pub saw: Arc<Mutex<Vec<ProxySaw>>>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl TestProxy {
+    pub async fn start(mode: ProxyMode) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let saw: Arc<Mutex<Vec<ProxySaw>>> = Arc::default();
+        let recorder = saw.clone();
+        let server = tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(proxy_one(socket, mode, recorder.clone()));
+            }
+        });
+        TestProxy {
+            url: format!("http://{addr}"),
+            saw,
+            _server: server,
+        }
+    }
+
+    /// The proxy's URL with `user:pass@` in it.
+    pub fn url_with_credentials(&self, user: &str, pass: &str) -> String {
+        self.url.replacen("http://", &format!("http://{user}:{pass}@"), 1)
+    }
+}
+
+async fn proxy_one(mut client: tokio::net::TcpStream, mode: ProxyMode, saw: Arc<Mutex<Vec<ProxySaw>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::new();
+    let mut read = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match client.read(&mut read).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&read[..n]),
+        }
+    };
+    let text = String::from_utf8_lossy(&head[..head_end]).into_owned();
+    let request_line = text.lines().next().unwrap_or_default().to_string();
+    let proxy_authorization = text.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("proxy-authorization")
+            .then(|| value.trim().to_string())
+    });
+    saw.lock().push(ProxySaw {
+        request_line: request_line.clone(),
+        proxy_authorization,
+    });
+    if let ProxyMode::Refuse(status) = mode {
+        let answer = format!("HTTP/1.1 {status} Refused\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        let _ = client.write_all(answer.as_bytes()).await;
+        return;
+    }
+    let mut parts = request_line.split(' ');
+    let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    let (authority, forward) = if method == "CONNECT" {
+        (target.to_string(), head[head_end..].to_vec())
+    } else {
+        // Absolute form: `http://host:port/path`; the request goes on as it came.
+        let rest = target.strip_prefix("http://").unwrap_or(target);
+        (rest.split('/').next().unwrap_or_default().to_string(), head)
+    };
+    let Ok(mut upstream) = tokio::net::TcpStream::connect(authority.as_str()).await else {
+        let _ = client
+            .write_all(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n")
+            .await;
+        return;
+    };
+    if method == "CONNECT"
+        && client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await
+            .is_err()
+    {
+        return;
+    }
+    if upstream.write_all(&forward).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}

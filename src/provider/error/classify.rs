@@ -73,6 +73,9 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &[u8]) -> Provide
         413 => ErrorClass::ContextLength,
         401 | 403 => ErrorClass::Auth,
         404 => ErrorClass::NotFound,
+        // Only an egress proxy asks for its credentials (a plain-http upstream through it):
+        // the deployment's trouble, not the client's request.
+        407 => ErrorClass::Unavailable,
         408 => ErrorClass::Timeout,
         // 409 is OpenAI's lock timeout, which its SDK retries; 529 is Anthropic's overload.
         409 | 500..=599 => ErrorClass::Unavailable,
@@ -117,6 +120,8 @@ where
 pub fn classify_transport(err: &(dyn std::error::Error + 'static)) -> ProviderError {
     let (class, what) = if timed_out(err) {
         (ErrorClass::Timeout, "upstream timed out")
+    } else if let Some(what) = proxy_failure(err) {
+        (ErrorClass::Unavailable, what)
     } else if is_connect(err) && is_tls(err) {
         (ErrorClass::Unavailable, "could not connect to upstream (TLS)")
     } else if is_connect(err) {
@@ -173,6 +178,20 @@ fn is_connect(err: &(dyn std::error::Error + 'static)) -> bool {
         e.downcast_ref::<hyper_util::client::legacy::Error>()
             .is_some_and(hyper_util::client::legacy::Error::is_connect)
     })
+}
+
+/// What went wrong at the egress proxy, if the connect failed there: like any failed connect
+/// it is `Unavailable` (the mux fails over), and the message says it was the proxy. The proxy
+/// is named by host and port only (`ProxyFailed` never holds its credentials).
+fn proxy_failure(err: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    use crate::provider::client::ProxyFailed;
+    chain(err)
+        .find_map(|e| e.downcast_ref::<ProxyFailed>())
+        .map(|failed| match failed {
+            ProxyFailed::Refused { .. } => "could not connect to upstream (the proxy refused)",
+            ProxyFailed::Unreachable { .. } => "could not connect to upstream (the proxy could not be reached)",
+            ProxyFailed::Unsupported { .. } => "could not connect to upstream (unsupported proxy)",
+        })
 }
 
 fn is_tls(err: &(dyn std::error::Error + 'static)) -> bool {
@@ -672,6 +691,13 @@ mod tests {
             in_band(cases[0].0).message,
             "upstream reported an error in the stream (overloaded_error): unavailable; upstream said: \"Overloaded\""
         );
+    }
+
+    #[test]
+    fn a_proxy_asking_for_credentials_is_unavailable_not_the_clients_error() {
+        let e = classify_status(407, &HeaderMap::new(), b"");
+        assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
+        assert_eq!(e.status, Some(407));
     }
 
     #[tokio::test]
