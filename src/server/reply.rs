@@ -83,7 +83,7 @@ pub fn dialect_of(path: &str) -> Dialect {
     };
     if under("/v1/messages") {
         Dialect::Anthropic
-    } else if under("/v1/stream") || under("/v1/ws") {
+    } else if under("/v1/stream") || under("/v1/streams") || under("/v1/ws") {
         Dialect::Native
     } else {
         Dialect::OpenAi
@@ -138,6 +138,37 @@ mod tests {
         );
         assert_eq!(dialect_of("/v1/messagesx"), Dialect::OpenAi, "a prefix is not a path");
         assert_eq!(dialect_of("/v1/stream"), Dialect::Native, "native SSE");
+        assert_eq!(
+            dialect_of("/v1/streams/abc/events"),
+            Dialect::Native,
+            "resumable streams"
+        );
         assert_eq!(dialect_of("/nope"), Dialect::OpenAi, "OpenAI by default");
+    }
+
+    async fn body_of(refusal: EdgeRefusal, dialect: Dialect) -> serde_json::Value {
+        use http_body_util::BodyExt;
+        let resp = render(refusal, dialect, "req_t");
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        serde_json::from_slice(&bytes).expect("a JSON body")
+    }
+
+    #[tokio::test]
+    async fn each_refusal_has_its_dialects_own_error_type() {
+        let too_large = EdgeRefusal::TooLarge { limit: 10 };
+        assert_eq!(
+            body_of(too_large, Dialect::Anthropic).await["error"]["type"],
+            "request_too_large",
+            "Anthropic's type for a 413"
+        );
+        assert_eq!(
+            body_of(EdgeRefusal::BodyTimeout, Dialect::OpenAi).await["error"]["type"],
+            "invalid_request_error",
+            "a slow client is not a server error"
+        );
+        assert_eq!(
+            body_of(EdgeRefusal::BodyTimeout, Dialect::Anthropic).await["error"]["type"],
+            "timeout_error"
+        );
     }
 }

@@ -247,7 +247,7 @@ pub fn guard(origins: &Origins, headers: &HeaderMap, uri: &Uri) -> Option<Respon
 fn refused(path: &str, refusal: Refusal) -> Response {
     let reply = ErrorReply {
         status: 403,
-        class: ErrorClass::Auth,
+        class: ErrorClass::Forbidden,
         code: Some(refusal.metric_label()),
         ..ErrorReply::bad_request(refusal.message())
     };
@@ -264,6 +264,21 @@ fn refused(path: &str, refusal: Refusal) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_refused_origin_is_the_clients_error_in_each_dialect() {
+        use http_body_util::BodyExt;
+        for (path, kind) in [
+            ("/v1/chat/completions", "invalid_request_error"),
+            ("/v1/messages", "permission_error"),
+        ] {
+            let resp = refused(path, Refusal::ForeignOrigin);
+            assert_eq!(resp.status(), 403);
+            let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+            let body: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+            assert_eq!(body["error"]["type"], kind, "{path}: {body}");
+        }
+    }
 
     fn origins(listed: &[&str], local: &str) -> Origins {
         let listed: Vec<String> = listed.iter().map(|s| s.to_string()).collect();

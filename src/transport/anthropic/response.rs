@@ -61,11 +61,12 @@ fn error_body(reply: &ErrorReply) -> ErrorBody<'_> {
     ErrorBody {
         kind: "error",
         error: ErrorDetail {
-            // A 404 (an unknown model) is Anthropic's `not_found_error`, whatever the class.
-            kind: if reply.status == 404 {
-                "not_found_error"
-            } else {
-                error_type(reply.class)
+            // A 404 (an unknown model) is Anthropic's `not_found_error` and a 413 its
+            // `request_too_large`, whatever the class.
+            kind: match reply.status {
+                404 => "not_found_error",
+                413 => "request_too_large",
+                _ => error_type(reply.class),
             },
             message: &reply.message,
         },

@@ -148,7 +148,12 @@ fn error_body(reply: &ErrorReply) -> ErrorBody<'_> {
     ErrorBody {
         error: ErrorDetail {
             message: &reply.message,
-            kind: error_type(reply.class),
+            // A 408 is the client's slowness, not the server's failure.
+            kind: if reply.status == 408 {
+                "invalid_request_error"
+            } else {
+                error_type(reply.class)
+            },
             param: reply.param.as_deref(),
             code: error_code(reply),
         },
