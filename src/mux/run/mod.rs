@@ -106,7 +106,8 @@ enum Recovery {
     Truncate,
     /// The answer was already complete (its tool calls were sent): finish with this reason.
     Done(FinishReason),
-    Fail(ErrorEvent),
+    /// Boxed: it is twice the size of the next variant, and it passes on boxed.
+    Fail(Box<ErrorEvent>),
 }
 
 struct Run {
