@@ -279,8 +279,9 @@ impl Gateway {
             needs = needs.with_tenant(t);
         }
         let planned = self.plan(&req, &needs, ctx.session.as_deref(), now);
+        let active = ActiveStream::open();
         let stream = match planned {
-            Ok(plan) => self.mux.run(req, ctx, plan),
+            Ok(plan) => self.mux.run(req, ctx, plan, active),
             Err(e) => {
                 crate::telemetry::rotation::none_eligible(e.exclusions());
                 // A prompt too long for every route is the client's to shorten: say so in the
@@ -305,10 +306,13 @@ impl Gateway {
                         ..Envelope::default()
                     },
                 }));
-                Box::pin(futures::stream::iter([event])) as EventStream
+                Box::pin(async_stream::stream! {
+                    let _active = active;
+                    yield event;
+                }) as EventStream
             }
         };
-        Ok(Box::pin(ActiveStream::new(stream)))
+        Ok(stream)
     }
 
     /// The request path's plan: measure the prompt, copy the model's route health and the
@@ -353,31 +357,20 @@ impl Gateway {
     }
 }
 
-/// Counts open client streams in `tailcut_active_streams` for as long as it lives.
-struct ActiveStream {
-    inner: EventStream,
-}
+/// Counts one open client stream in `tailcut_active_streams` for as long as it lives. The
+/// stream holds it (`Mux::run`'s guard) rather than being wrapped: no second boxed stream
+/// per request, no forwarding poll per event.
+struct ActiveStream;
 
 impl ActiveStream {
-    fn new(inner: EventStream) -> Self {
+    fn open() -> Self {
         metrics::gauge!(telemetry::ACTIVE_STREAMS).increment(1.0);
-        ActiveStream { inner }
+        ActiveStream
     }
 }
 
 impl Drop for ActiveStream {
     fn drop(&mut self) {
         metrics::gauge!(telemetry::ACTIVE_STREAMS).decrement(1.0);
-    }
-}
-
-impl futures::Stream for ActiveStream {
-    type Item = StreamEvent;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<StreamEvent>> {
-        self.inner.as_mut().poll_next(cx)
     }
 }

@@ -73,7 +73,7 @@ async fn long_answer_streams_past_the_deadline_unblamed() {
 async fn long_tool_call_is_not_a_stall() {
     let mut steps = vec![
         Step::Wait(100),
-        Step::D(Delta::ToolFragment(ToolFragment {
+        Step::D(Delta::tool(ToolFragment {
             index: 0,
             id: Some("call_1".into()),
             name: Some("write_file".into()),
@@ -82,14 +82,14 @@ async fn long_tool_call_is_not_a_stall() {
     ];
     for _ in 0..30 {
         steps.push(Step::Wait(500));
-        steps.push(Step::D(Delta::ToolFragment(ToolFragment {
+        steps.push(Step::D(Delta::tool(ToolFragment {
             index: 0,
             id: None,
             name: None,
             arguments: "abc".into(),
         })));
     }
-    steps.push(Step::D(Delta::ToolFragment(ToolFragment {
+    steps.push(Step::D(Delta::tool(ToolFragment {
         index: 0,
         id: None,
         name: None,
@@ -191,7 +191,7 @@ async fn empty_finish_from_a_hedge_does_not_win_the_race() {
 #[tokio::test(start_paused = true)]
 async fn failure_after_a_sent_tool_call_never_doubles_it() {
     let frag = |args: &str, head: bool| {
-        Step::D(Delta::ToolFragment(ToolFragment {
+        Step::D(Delta::tool(ToolFragment {
             index: 0,
             id: head.then(|| "call_1".to_string()),
             name: head.then(|| "get_weather".to_string()),

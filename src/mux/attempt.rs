@@ -21,16 +21,22 @@ pub enum AttemptEvent {
     /// A held answer began: a tool call, or a structured answer held for validation. A first
     /// content token (commit point), nothing visible yet.
     ToolStarted,
-    ToolCall(ToolCall),
+    /// Boxed, as `Failed` is: both are rare, and every text event would carry their size.
+    ToolCall(Box<ToolCall>),
     Usage(Usage),
     Finished(FinishReason),
-    Failed(ProviderError),
+    Failed(Box<ProviderError>),
     /// The upstream is alive but nothing is visible yet (a tool-call fragment): resets the
     /// stall timer, never a token, never forwarded.
     Progress,
 }
 
 impl AttemptEvent {
+    /// The attempt failed with `err`.
+    pub fn failed(err: impl Into<ProviderError>) -> Self {
+        AttemptEvent::Failed(Box::new(err.into()))
+    }
+
     /// Is this a first content token (text or the start of a tool call)?
     pub fn is_content(&self) -> bool {
         matches!(self, AttemptEvent::Text(_) | AttemptEvent::ToolStarted)
@@ -112,7 +118,7 @@ impl Attempt {
             }
             Emitted::Rejected(err, output) => {
                 self.rejected = Some(output);
-                Some(AttemptEvent::Failed(err))
+                Some(AttemptEvent::failed(err))
             }
         })
     }
@@ -154,7 +160,7 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
         let mut upstream = match provider.open(req).await {
             Ok(s) => s,
             Err(e) => {
-                yield Emitted::Event(AttemptEvent::Failed(e));
+                yield Emitted::Event(AttemptEvent::failed(e));
                 return;
             }
         };
@@ -176,7 +182,7 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                     },
                 },
                 // Text between tool-call fragments is legal; calls still leave whole at the end.
-                Ok(Delta::ToolFragment(f)) => match assembler.push(f) {
+                Ok(Delta::ToolFragment(f)) => match assembler.push(*f) {
                     Ok(true) => yield Emitted::Event(AttemptEvent::ToolStarted),
                     Ok(false) => yield Emitted::Event(AttemptEvent::Progress),
                     Err(e) => {
@@ -208,7 +214,7 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                                 yield Emitted::Event(AttemptEvent::Text(g.take_text()));
                             }
                             for call in calls {
-                                yield Emitted::Event(AttemptEvent::ToolCall(call));
+                                yield Emitted::Event(AttemptEvent::ToolCall(Box::new(call)));
                             }
                             finish = Some(if any && reason != FinishReason::Length { FinishReason::ToolCalls } else { reason });
                         }
@@ -221,17 +227,30 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                 // After the terminal signal the answer is complete; a late error changes nothing.
                 Err(_) if finish.is_some() => break,
                 Err(e) => {
-                    yield Emitted::Event(AttemptEvent::Failed(e));
+                    yield Emitted::Event(AttemptEvent::failed(e));
                     return;
                 }
             }
         }
         match finish {
             Some(reason) => yield Emitted::Event(AttemptEvent::Finished(reason)),
-            None => yield Emitted::Event(AttemptEvent::Failed(ProviderError::new(
+            None => yield Emitted::Event(AttemptEvent::failed(ProviderError::new(
                 ErrorClass::Protocol,
                 "upstream stream ended without its terminal signal",
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_event_stays_small() {
+        // Each relayed event passes through the attempt, the race and the run by value: a
+        // large variant must be boxed.
+        let size = std::mem::size_of::<AttemptEvent>();
+        assert!(size <= 32, "AttemptEvent is {size} bytes; box the variant that grew");
     }
 }

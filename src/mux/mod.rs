@@ -125,8 +125,16 @@ impl Mux {
         self.budget.lock().on_request(now);
     }
 
-    /// Streams `req` along `plan`. The first event is `Start` (commit) or `Error`.
-    pub fn run(self: &Arc<Self>, req: ChatRequest, ctx: RequestCtx, plan: Plan) -> EventStream {
-        run::stream(Arc::clone(self), Arc::new(req), ctx, plan)
+    /// Streams `req` along `plan`. The first event is `Start` (commit) or `Error`. The stream
+    /// holds `guard` until it ends or is dropped (the gateway's open-stream count), so no
+    /// wrapper stream is needed for it.
+    pub fn run(
+        self: &Arc<Self>,
+        req: ChatRequest,
+        ctx: RequestCtx,
+        plan: Plan,
+        guard: impl Send + 'static,
+    ) -> EventStream {
+        run::stream(Arc::clone(self), Arc::new(req), ctx, plan, guard)
     }
 }

@@ -78,7 +78,7 @@ impl Race {
 
 /// What an attempt that ended without `Finished` or `Failed` amounts to.
 fn ended_silently() -> AttemptEvent {
-    AttemptEvent::Failed(ProviderError::new(
+    AttemptEvent::failed(ProviderError::new(
         ErrorClass::Protocol,
         "attempt ended without an outcome",
     ))

@@ -49,8 +49,9 @@ pub enum Delta {
     /// Non-empty answer text (role-only and empty deltas are never emitted, T12).
     Text(String),
     /// A fragment of a tool call. `id`/`name` arrive only on a call's first fragment (T1);
-    /// `index` is the only key that identifies the call (T3).
-    ToolFragment(ToolFragment),
+    /// `index` is the only key that identifies the call (T3). Boxed: it is three times the
+    /// size of the other variants, and every text delta would carry its size.
+    ToolFragment(Box<ToolFragment>),
     /// An explicit end of one tool call (Anthropic `content_block_stop`, T6).
     ToolEnd {
         index: u32,
@@ -58,6 +59,13 @@ pub enum Delta {
     Usage(Usage),
     /// The upstream's terminal signal for the answer.
     Finish(FinishReason),
+}
+
+impl Delta {
+    /// A tool-call fragment, boxed.
+    pub fn tool(fragment: ToolFragment) -> Delta {
+        Delta::ToolFragment(Box::new(fragment))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -217,5 +225,18 @@ fn sse_failure(err: SseError) -> ProviderError {
     match err {
         SseError::Transport(inner) => classify_body(inner.as_ref()),
         other => ProviderError::new(ErrorClass::Protocol, format!("malformed upstream stream: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delta_stays_small() {
+        // Every decoder pushes deltas into its buffer and every layer up to the mux moves
+        // them by value: a large variant must be boxed.
+        let size = std::mem::size_of::<Delta>();
+        assert!(size <= 32, "Delta is {size} bytes; box the variant that grew");
     }
 }

@@ -102,7 +102,7 @@ impl Run {
                         drop(race.take(i));
                         continue;
                     }
-                    AttemptEvent::Failed(err) => (race.take(i), err),
+                    AttemptEvent::Failed(err) => (race.take(i), *err),
                     AttemptEvent::Usage(_) | AttemptEvent::Progress => continue,
                 },
                 Step::Silent(i) => {

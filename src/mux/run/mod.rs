@@ -58,8 +58,16 @@ enum Recovering {
     StartOver(Attempt),
 }
 
-pub fn stream(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan) -> EventStream {
+pub fn stream(
+    mux: Arc<Mux>,
+    req: Arc<ChatRequest>,
+    ctx: RequestCtx,
+    plan: Plan,
+    guard: impl Send + 'static,
+) -> EventStream {
     Box::pin(async_stream::stream! {
+        // Moved into the stream: dropped when it ends or is dropped unfinished.
+        let _guard = guard;
         let mut run = Run::new(mux, req, ctx, plan);
         // Events for the client, queued by a step and sent before the next one runs.
         let mut out = Vec::new();
@@ -98,7 +106,8 @@ enum Recovery {
     Truncate,
     /// The answer was already complete (its tool calls were sent): finish with this reason.
     Done(FinishReason),
-    Fail(ErrorEvent),
+    /// Boxed: it is twice the size of the next variant, and it passes on boxed.
+    Fail(Box<ErrorEvent>),
 }
 
 struct Run {

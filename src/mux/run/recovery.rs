@@ -50,7 +50,7 @@ impl Run {
             }
             Recovery::Fail(e) => {
                 self.log_outcome(e.class.as_str());
-                out.push(StreamEvent::Error(Box::new(e)));
+                out.push(StreamEvent::Error(e));
                 State::Finished
             }
         }
@@ -82,7 +82,7 @@ impl Run {
                     first,
                     reset: None,
                 },
-                Err(e) => Recovery::Fail(e),
+                Err(e) => Recovery::Fail(Box::new(e)),
             };
         }
         let prefill_route = self.routes.any_untried(|c| self.can_continue(&c.route))

@@ -193,7 +193,7 @@ impl Run {
                     self.commit(&mut attempt, Vec::new());
                     return Ok((attempt, ev));
                 }
-                Some(AttemptEvent::Failed(e)) => break e,
+                Some(AttemptEvent::Failed(e)) => break *e,
                 Some(AttemptEvent::Usage(_) | AttemptEvent::Progress) => continue,
                 None => break MuxError::NoOutcome.into(),
             }

@@ -80,9 +80,9 @@ impl Run {
                 }
                 let ev = tokio::select! {
                     biased;
-                    ev = s.cur.next_event() => ev.unwrap_or_else(|| AttemptEvent::Failed(MuxError::NoOutcome.into())),
+                    ev = s.cur.next_event() => ev.unwrap_or_else(|| AttemptEvent::failed(MuxError::NoOutcome)),
                     _ = timers.stall => {
-                        AttemptEvent::Failed(MuxError::Stalled(s.stall).into())
+                        AttemptEvent::failed(MuxError::Stalled(s.stall))
                     }
                     _ = timers.cap => {
                         // Our own cap, not the route's failure: end honestly, blame no one.
@@ -132,9 +132,9 @@ impl Run {
                 self.transcript.tool_calls += 1;
                 self.transcript.tool_open = false;
                 if self.mux.config.cache.enabled {
-                    self.calls.push(call.clone());
+                    self.calls.push((*call).clone());
                 }
-                out.push(StreamEvent::ToolCall(Box::new(call)));
+                out.push(StreamEvent::ToolCall(call));
             }
             AttemptEvent::Usage(u) => self.usage = Some(u),
             AttemptEvent::Finished(reason) => {

@@ -102,7 +102,7 @@ impl EventDecoder {
                     .index
                     .ok_or_else(|| protocol("tool_use block without an index".to_string()))?;
                 self.tool_blocks.insert(index);
-                out.push(Delta::ToolFragment(ToolFragment {
+                out.push(Delta::tool(ToolFragment {
                     index,
                     id: block.id,
                     name: block.name,
@@ -134,7 +134,7 @@ impl EventDecoder {
                     return Ok(()); // a server tool's input: executed upstream, not a call for the client
                 };
                 if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
-                    out.push(Delta::ToolFragment(ToolFragment {
+                    out.push(Delta::tool(ToolFragment {
                         index,
                         id: None,
                         name: None,
@@ -215,7 +215,7 @@ mod tests {
     }
 
     fn fragment(index: u32, args: &str) -> Result<Delta, ProviderError> {
-        Ok(Delta::ToolFragment(ToolFragment {
+        Ok(Delta::tool(ToolFragment {
             index,
             id: None,
             name: None,
@@ -227,7 +227,7 @@ mod tests {
         vec![
             text("I"),
             text("'ll check the current weather in Paris for you."),
-            Ok(Delta::ToolFragment(ToolFragment {
+            Ok(Delta::tool(ToolFragment {
                 index: 1,
                 id: Some("toolu_01NRLabsLyVHZPKxbKvkfSMn".into()),
                 name: Some("get_weather".into()),

@@ -90,7 +90,7 @@ impl ChunkDecoder {
         }
         for call in delta.tool_calls.into_iter().flatten() {
             if let Some(fragment) = self.tool_fragment(call) {
-                out.push(Delta::ToolFragment(fragment));
+                out.push(Delta::tool(fragment));
             }
         }
         if let Some(call) = delta.function_call {
@@ -102,7 +102,7 @@ impl ChunkDecoder {
                 function: Some(call),
             };
             if let Some(fragment) = self.tool_fragment(call) {
-                out.push(Delta::ToolFragment(fragment));
+                out.push(Delta::tool(fragment));
             }
         }
     }
@@ -211,7 +211,7 @@ mod tests {
     }
 
     fn fragment(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> Result<Delta, ProviderError> {
-        Ok(Delta::ToolFragment(ToolFragment {
+        Ok(Delta::tool(ToolFragment {
             index,
             id: id.map(str::to_string),
             name: name.map(str::to_string),

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use smallvec::SmallVec;
 
 // ---- request ----
 
@@ -112,11 +113,12 @@ pub struct WireFunction {
 // ---- stream ----
 
 /// One `chat.completion.chunk`. Every field is optional: usage chunks have no choices,
-/// Azure's first chunk has empty ones, vLLM may send `null` (T8).
+/// Azure's first chunk has empty ones, vLLM may send `null` (T8). We never ask for `n > 1`,
+/// so the one choice is kept inline: no allocation for the list per upstream chunk.
 #[derive(Debug, Default, Deserialize)]
 pub struct Chunk {
     #[serde(default)]
-    pub choices: Option<Vec<Choice>>,
+    pub choices: Option<SmallVec<[Choice; 1]>>,
     #[serde(default)]
     pub usage: Option<WireUsage>,
     /// A truthy top-level `error` is an in-band failure (T10).
@@ -172,4 +174,27 @@ pub struct WireUsage {
     pub prompt_tokens: u32,
     #[serde(default)]
     pub completion_tokens: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_with_one_choice_keeps_it_inline() {
+        let data = r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}"#;
+        let chunk: Chunk = serde_json::from_str(data).unwrap_or_default();
+        let choices = chunk.choices.unwrap_or_default();
+        assert_eq!(choices.len(), 1);
+        assert!(!choices.spilled(), "one choice must not allocate a list");
+        assert_eq!(choices[0].delta.as_ref().and_then(|d| d.content.as_deref()), Some("hi"));
+    }
+
+    #[test]
+    fn extra_choices_are_still_read_in_order() {
+        let data = r#"{"choices":[{"index":1,"delta":{"content":"b"}},{"index":0,"delta":{"content":"a"}}]}"#;
+        let chunk: Chunk = serde_json::from_str(data).unwrap_or_default();
+        let indices: Vec<u32> = chunk.choices.into_iter().flatten().map(|c| c.index).collect();
+        assert_eq!(indices, [1, 0]);
+    }
 }
