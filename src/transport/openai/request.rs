@@ -5,7 +5,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::transport::error::DecodeError;
-use crate::types::{ChatRequest, ContentPart, Message, ResponseFormat, Role, Sampling, ToolCall, ToolChoice, ToolSpec};
+
+mod tools;
+use crate::types::{ChatRequest, ContentPart, Message, Role, Sampling, ToolCall};
+use tools::{response_format, tool, tool_choice};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -61,22 +64,6 @@ struct RawFunctionCall {
     name: String,
     #[serde(default)]
     arguments: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct RawTool {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    function: Option<RawFunction>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RawFunction {
-    name: String,
-    #[serde(default)]
-    description: Option<String>,
-    #[serde(default)]
-    parameters: Option<Value>,
 }
 
 /// Decodes a request body. Malformed JSON, missing `model`/`messages` and unsupported
@@ -289,115 +276,6 @@ fn content_part(part: Value, at: &str) -> Result<ContentPart, DecodeError> {
     }
 }
 
-fn tool(i: usize, value: Value) -> Result<ToolSpec, DecodeError> {
-    let at = format!("tools[{i}]");
-    let raw: RawTool =
-        serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("invalid {at}: {e}")))?;
-    if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "function") {
-        return Err(DecodeError::new(
-            at.clone(),
-            format!("{at}: tool type {kind:?} is not supported"),
-        ));
-    }
-    let function = raw
-        .function
-        .ok_or_else(|| DecodeError::new(format!("{at}.function"), format!("{at} has no 'function'")))?;
-    if function.name.is_empty() {
-        return Err(DecodeError::new(
-            format!("{at}.function.name"),
-            format!("{at} has an empty name"),
-        ));
-    }
-    Ok(ToolSpec {
-        name: function.name,
-        description: function.description,
-        parameters: function.parameters.unwrap_or_else(empty_object_schema),
-    })
-}
-
-pub(crate) fn empty_object_schema() -> Value {
-    serde_json::json!({"type": "object", "properties": {}})
-}
-
-/// `None` for an explicit `null`.
-fn tool_choice(value: Value, tools: &[ToolSpec]) -> Result<Option<ToolChoice>, DecodeError> {
-    let choice = match &value {
-        Value::Null => return Ok(None),
-        Value::String(s) => match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
-            other => {
-                return Err(DecodeError::new(
-                    "tool_choice",
-                    format!("tool_choice must be \"auto\", \"none\", \"required\" or a function, not {other:?}"),
-                ))
-            }
-        },
-        Value::Object(obj) if obj.get("type").and_then(Value::as_str) == Some("function") => {
-            let name = obj.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
-            ToolChoice::Tool(
-                name.ok_or_else(|| DecodeError::new("tool_choice", "tool_choice.function.name is required"))?
-                    .to_string(),
-            )
-        }
-        _ => return Err(DecodeError::new(
-            "tool_choice",
-            "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\":\"function\",\"function\":{\"name\":…}}",
-        )),
-    };
-    match &choice {
-        ToolChoice::Required if tools.is_empty() => Err(DecodeError::new(
-            "tool_choice",
-            "tool_choice \"required\" needs at least one tool in 'tools'",
-        )),
-        ToolChoice::Tool(name) if !tools.iter().any(|t| &t.name == name) => Err(DecodeError::new(
-            "tool_choice",
-            format!("tool_choice names function {name:?}, which is not in 'tools'"),
-        )),
-        _ => Ok(Some(choice)),
-    }
-}
-
-/// `None` for an explicit `null`.
-fn response_format(value: Value) -> Result<Option<ResponseFormat>, DecodeError> {
-    if value.is_null() {
-        return Ok(None);
-    }
-    let kind = value.get("type").and_then(Value::as_str).unwrap_or_default();
-    match kind {
-        "text" => Ok(Some(ResponseFormat::Text)),
-        "json_object" => Ok(Some(ResponseFormat::JsonObject)),
-        "json_schema" => {
-            let spec = value.get("json_schema").ok_or_else(|| {
-                DecodeError::new(
-                    "response_format.json_schema",
-                    "response_format of type json_schema needs 'json_schema'",
-                )
-            })?;
-            let schema = spec.get("schema").cloned().ok_or_else(|| {
-                DecodeError::new(
-                    "response_format.json_schema.schema",
-                    "response_format.json_schema.schema is required",
-                )
-            })?;
-            Ok(Some(ResponseFormat::JsonSchema {
-                name: spec
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("response")
-                    .to_string(),
-                schema,
-                strict: spec.get("strict").and_then(Value::as_bool),
-            }))
-        }
-        other => Err(DecodeError::new(
-            "response_format.type",
-            format!("response_format.type must be text, json_object or json_schema, not {other:?}"),
-        )),
-    }
-}
-
 fn stop(value: Option<Value>) -> Result<Vec<String>, DecodeError> {
     let bad = || DecodeError::new("stop", "stop must be a string or an array of strings");
     match value {
@@ -417,7 +295,9 @@ fn stop(value: Option<Value>) -> Result<Vec<String>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::{ResponseFormat, ToolChoice};
     use serde_json::json;
+    use tools::empty_object_schema;
 
     fn decode(v: Value) -> Result<ChatRequest, DecodeError> {
         decode_request(v.to_string().as_bytes())
