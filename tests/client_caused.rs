@@ -77,6 +77,14 @@ async fn a_tool_call_cut_at_the_clients_max_tokens_is_the_clients_error_after_on
             "request {i}: one attempt, no repair and no failover"
         );
     }
+    let mut plain = tool_request(weather(), Some(1));
+    plain["stream"] = json!(false);
+    let resp = post_chat(&server, &plain).await;
+    assert_eq!(
+        resp.status().as_u16(),
+        400,
+        "non-streaming: the client's 400, not a 502 an SDK retries"
+    );
     still_served_by_a(&server).await;
 }
 

@@ -195,10 +195,17 @@ impl ErrorReply {
     }
 
     /// A terminal error that arrived after commit, for a reply that has not been sent yet
-    /// (non-streaming): the answer broke midway, which is a bad gateway whatever the cause.
+    /// (non-streaming): the answer broke midway, which is a bad gateway, unless the request
+    /// itself was at fault (its `max_tokens` cut a tool call): that keeps its 4xx, so an SDK
+    /// does not retry it in vain.
     pub fn after_commit(e: ErrorEvent) -> Self {
+        let status = if e.class.blame() == crate::types::Blame::Client {
+            e.status
+        } else {
+            502
+        };
         ErrorReply {
-            status: 502,
+            status,
             ..ErrorReply::from_event(e)
         }
     }
@@ -605,5 +612,17 @@ mod tests {
             envelope: Envelope::default(),
         };
         assert_eq!(ErrorReply::after_commit(e).status, 502, "a broken answer is a 502");
+        let e = ErrorEvent {
+            class: ErrorClass::BadRequest,
+            status: 400,
+            message: "max_tokens (1) ends the answer inside the call".into(),
+            retry_after: None,
+            envelope: Envelope::default(),
+        };
+        assert_eq!(
+            ErrorReply::after_commit(e).status,
+            400,
+            "the request's own fault stays a 400"
+        );
     }
 }
