@@ -34,6 +34,10 @@ pub(crate) struct Asks {
     /// A hash of every message (role and text): seeds the quality verdicts, so the same
     /// conversation always gets the same one.
     pub digest: u64,
+    /// The conversation ends with a tool's result (OpenAI: a `tool` message; Anthropic: a
+    /// user message with a `tool_result` block): a model then answers in text unless the
+    /// request names the tool to call, so an agent loop ends.
+    pub after_tool_result: bool,
 }
 
 /// Whether and which tool the answer must call.
@@ -60,6 +64,7 @@ impl Asks {
     pub fn tool(&self) -> Option<&(String, Value)> {
         match &self.tool_choice {
             ToolChoice::None => None,
+            ToolChoice::Auto if self.after_tool_result => None,
             ToolChoice::Auto => self.tools.first(),
             ToolChoice::Named(name) => self.tools.iter().find(|(n, _)| n == name),
         }
@@ -112,6 +117,7 @@ pub(crate) fn openai(body: &Value) -> Inbound {
                 }),
             prompt: last_user(&messages),
             digest: digest("", &messages),
+            after_tool_result: messages.last().is_some_and(|(role, _)| role == "tool"),
         },
     }
 }
@@ -141,8 +147,22 @@ pub(crate) fn anthropic(body: &Value) -> Inbound {
             format: None,
             prompt: last_user(&messages),
             digest: digest(&system, &messages),
+            after_tool_result: ends_in_tool_result(body),
         },
     }
+}
+
+/// Whether an Anthropic conversation's last message is a user turn carrying a tool's result.
+fn ends_in_tool_result(body: &Value) -> bool {
+    let Some(last) = body.get("messages").and_then(Value::as_array).and_then(|m| m.last()) else {
+        return false;
+    };
+    last.get("role").and_then(Value::as_str) == Some("user")
+        && last.get("content").and_then(Value::as_array).is_some_and(|parts| {
+            parts
+                .iter()
+                .any(|p| p.get("type").and_then(Value::as_str) == Some("tool_result"))
+        })
 }
 
 fn count(body: &Value, key: &str) -> Option<u32> {
@@ -281,6 +301,36 @@ fn model(body: &Value) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn after_a_tool_result_the_answer_is_text_unless_a_tool_is_named() {
+        let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+        let first = json!({"tools": tools, "messages": [{"role": "user", "content": "go"}]});
+        assert!(openai(&first).asks.tool().is_some(), "offered tools get a call");
+        let result = json!({"tools": tools, "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "42"}
+        ]});
+        assert_eq!(openai(&result).asks.tool(), None, "after the result: text");
+        let mut named = result.clone();
+        named["tool_choice"] = json!({"type": "function", "function": {"name": "f"}});
+        assert!(openai(&named).asks.tool().is_some(), "a named tool is still called");
+
+        let atools = json!([{"name": "f", "input_schema": {"type": "object"}}]);
+        let aresult = json!({"tools": atools, "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "42"}]}
+        ]});
+        assert_eq!(
+            anthropic(&aresult).asks.tool(),
+            None,
+            "Anthropic: text after the result"
+        );
+        let afirst = json!({"tools": atools, "messages": [{"role": "user", "content": "go"}]});
+        assert!(anthropic(&afirst).asks.tool().is_some(), "Anthropic: a call first");
+    }
 
     #[test]
     fn openai_flags_and_input_estimate() {
