@@ -12,6 +12,7 @@ use http_body_util::{BodyDataStream, Full};
 use serde::Serialize;
 
 use super::client::{HttpClient, RequestBody};
+use super::scrub::scrub;
 use super::{classify_response, classify_transport, drive, DeltaStream, ErrorClass, ProviderError, WireDecoder};
 
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -94,7 +95,8 @@ impl Endpoint {
             if !response.status().is_success() {
                 return Err(classify_response(response).await);
             }
-            Ok(drive(BodyDataStream::new(response.into_body()), decoder))
+            // Route keys out of the answer before the mux records or forwards any of it.
+            Ok(scrub(drive(BodyDataStream::new(response.into_body()), decoder)))
         })
     }
 

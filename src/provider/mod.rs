@@ -19,6 +19,7 @@ mod error;
 mod http;
 pub mod openai;
 mod retry_after;
+mod scrub;
 pub mod sse;
 #[cfg(test)]
 pub(crate) mod testkit;

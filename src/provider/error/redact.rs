@@ -32,7 +32,7 @@ pub const MIN_SECRET_CHARS: usize = 8;
 
 /// Registered secrets are also found by their first this-many characters, so an upstream
 /// that cuts its echo short (a bounded log line, a truncated header dump) leaks no prefix.
-const FRAGMENT_CHARS: usize = 12;
+pub(crate) const FRAGMENT_CHARS: usize = 12;
 
 /// At most this many secrets are kept (one per configured key; routes are few).
 const MAX_SECRETS: usize = 1024;
@@ -119,10 +119,46 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Whether any secret is registered (a process without route keys scans nothing).
+pub(crate) fn any_registered() -> bool {
+    !SECRETS.read().unwrap_or_else(PoisonError::into_inner).is_empty()
+}
+
+/// Whether `text` ends with a whole registered secret.
+pub(crate) fn ends_with_registered(text: &str) -> bool {
+    let secrets = SECRETS.read().unwrap_or_else(PoisonError::into_inner);
+    secrets.iter().any(|s| text.ends_with(s.as_str()))
+}
+
+/// The length of the longest end of `text` that is the start of a registered secret's
+/// `FRAGMENT_CHARS`-character fragment, counting only ends of at least `min` bytes: what a
+/// stream must hold back, as an echo may go on in its next piece.
+pub(crate) fn fragment_start_at_end(text: &str, min: usize) -> usize {
+    let secrets = SECRETS.read().unwrap_or_else(PoisonError::into_inner);
+    let mut longest = 0;
+    for secret in secrets.iter() {
+        let fragment = match secret.char_indices().nth(FRAGMENT_CHARS) {
+            Some((cut, _)) => &secret[..cut],
+            None => secret.as_str(),
+        };
+        // Shorter than the fragment itself: a whole fragment is already a match.
+        for len in (min.max(longest + 1)..fragment.len()).rev() {
+            if len <= text.len()
+                && text.is_char_boundary(text.len() - len)
+                && fragment.starts_with(&text[text.len() - len..])
+            {
+                longest = len;
+                break;
+            }
+        }
+    }
+    longest
+}
+
 /// Where a registered secret, or its first `FRAGMENT_CHARS`, appears in `text` (case
 /// kept: keys are case-sensitive). A fragment's span runs to the end of the word it starts,
 /// so what comes back redacted never says how much of a guess matched.
-fn registered_spans(text: &str) -> Vec<(usize, usize)> {
+pub(crate) fn registered_spans(text: &str) -> Vec<(usize, usize)> {
     let secrets = SECRETS.read().unwrap_or_else(PoisonError::into_inner);
     let mut spans = Vec::new();
     for secret in secrets.iter() {
@@ -174,7 +210,7 @@ fn value_at(lower: &str, start: usize) -> Option<(usize, usize)> {
 }
 
 /// Whitespace, a quote or a separator: where a credential-looking value stops.
-fn ends_value(c: char) -> bool {
+pub(crate) fn ends_value(c: char) -> bool {
     c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | '}' | ')' | ']' | '<' | '>')
 }
 

@@ -1,0 +1,376 @@
+//! Route keys out of the text an upstream streams: an upstream that echoes the headers it
+//! received into its answer (a relay, a misconfigured local server, a prompt that asks) must
+//! not hand our key to the client, nor, through a continuation's prefill, to another
+//! provider. Done on each attempt's deltas, before the mux records or forwards them.
+//!
+//! Only the secrets registered with `register_secret` are looked for (the routes' configured
+//! keys, and an echo cut short after their first `FRAGMENT_CHARS` characters): answer text
+//! legitimately holds `sk-…`-looking examples and `Bearer` in code, which the error redactor's
+//! other patterns would mangle.
+//!
+//! A key can be split across deltas, so each channel (the text, or one tool call's arguments)
+//! keeps:
+//! - the end of what it already passed on (`context`), searched with the next piece;
+//! - a held-back end (`held`) when that end is the start of a key's fragment, at least
+//!   `HOLD_MIN` bytes long: held until the next piece shows whether the key goes on. Shorter
+//!   ends are passed on at once (ordinary words end in "s" or "sk"), so at most the first
+//!   `HOLD_MIN − 1` characters of a key ("sk-") can go out before it is recognised;
+//! - whether a fragment match ran to the end of the piece (`in_key`): the rest of that word,
+//!   arriving next, is dropped too.
+//!
+//! With no key registered (the simulated routes) the stream is returned as is.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+
+use super::error::{
+    any_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans, FRAGMENT_CHARS,
+};
+use super::{Delta, DeltaStream, ProviderError, ToolFragment};
+
+const REDACTED: &str = "[redacted]";
+
+/// The shortest end of a piece held back as the possible start of a key.
+const HOLD_MIN: usize = 4;
+
+/// `stream` with every registered key in its text and tool arguments replaced by
+/// `[redacted]`.
+pub fn scrub(stream: DeltaStream) -> DeltaStream {
+    if !any_registered() {
+        return stream;
+    }
+    Box::pin(Scrubbed {
+        inner: stream,
+        channel: None,
+        state: Carry::default(),
+        queued: None,
+        done: false,
+    })
+}
+
+/// Which text a carry belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Channel {
+    Text,
+    Tool(u32),
+}
+
+#[derive(Debug, Default)]
+struct Carry {
+    held: String,
+    context: String,
+    in_key: bool,
+}
+
+impl Carry {
+    /// What of `piece` (after what was held) can be passed on now.
+    fn pass(&mut self, piece: &str) -> String {
+        let mut text = std::mem::take(&mut self.held);
+        text.push_str(piece);
+        if self.in_key {
+            let rest = text.find(ends_value).unwrap_or(text.len());
+            text.drain(..rest);
+            self.in_key = text.is_empty();
+        }
+        let joined = format!("{}{text}", self.context);
+        let offset = self.context.len();
+        let mut out = String::with_capacity(text.len());
+        let mut copied = offset;
+        let mut spans = registered_spans(&joined);
+        spans.sort_unstable();
+        for (start, end) in spans {
+            if end <= copied {
+                continue;
+            }
+            let start = start.max(copied);
+            out.push_str(&joined[copied..start]);
+            if start > copied || !out.ends_with(REDACTED) {
+                out.push_str(REDACTED);
+            }
+            copied = end;
+            // A fragment's match runs to the end of its word: at the end of the piece, the
+            // word may go on in the next one.
+            if end == joined.len() && !ends_with_registered(&joined[..end]) {
+                self.in_key = true;
+            }
+        }
+        out.push_str(&joined[copied..]);
+        let hold = if out.ends_with(REDACTED) {
+            0
+        } else {
+            let seen = format!("{}{out}", self.context);
+            fragment_start_at_end(&seen, HOLD_MIN).min(out.len())
+        };
+        let cut = floor_boundary(&out, out.len() - hold);
+        self.held = out.split_off(cut);
+        self.remember(&out);
+        out
+    }
+
+    /// Everything held, at the end of the channel.
+    fn flush(&mut self) -> String {
+        self.context.clear();
+        self.in_key = false;
+        std::mem::take(&mut self.held)
+    }
+
+    fn remember(&mut self, passed: &str) {
+        self.context.push_str(passed);
+        let keep = FRAGMENT_CHARS * 4; // bytes: a fragment of up to 12 four-byte characters
+        if self.context.len() > keep {
+            let cut = ceil_boundary(&self.context, self.context.len() - keep);
+            self.context.drain(..cut);
+        }
+    }
+}
+
+fn floor_boundary(s: &str, mut at: usize) -> usize {
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+fn ceil_boundary(s: &str, mut at: usize) -> usize {
+    while !s.is_char_boundary(at) {
+        at += 1;
+    }
+    at
+}
+
+struct Scrubbed {
+    inner: DeltaStream,
+    channel: Option<Channel>,
+    state: Carry,
+    /// A delta that follows a flushed one.
+    queued: Option<Result<Delta, ProviderError>>,
+    done: bool,
+}
+
+impl Scrubbed {
+    /// The held text of the current channel as a delta of its own, if any; the channel ends.
+    fn flush(&mut self) -> Option<Delta> {
+        let channel = self.channel.take()?;
+        let held = self.state.flush();
+        if held.is_empty() {
+            return None;
+        }
+        Some(match channel {
+            Channel::Text => Delta::Text(held),
+            Channel::Tool(index) => Delta::tool(ToolFragment {
+                index,
+                id: None,
+                name: None,
+                arguments: held,
+            }),
+        })
+    }
+
+    /// `delta` made safe; `None` when all of it is held back. A delta of another channel, or
+    /// not a piece of text, first flushes the current channel (returned first).
+    fn take(&mut self, delta: Delta) -> (Option<Delta>, Option<Delta>) {
+        let channel = match &delta {
+            Delta::Text(_) => Some(Channel::Text),
+            Delta::ToolFragment(f) => Some(Channel::Tool(f.index)),
+            _ => None,
+        };
+        let flushed = if channel != self.channel { self.flush() } else { None };
+        self.channel = channel;
+        let delta = match delta {
+            Delta::Text(text) => {
+                let out = self.state.pass(&text);
+                (!out.is_empty()).then_some(Delta::Text(out))
+            }
+            Delta::ToolFragment(mut f) => {
+                f.arguments = self.state.pass(&f.arguments);
+                // The first fragment carries the call's id and name: it goes on even empty.
+                (!f.arguments.is_empty() || f.id.is_some() || f.name.is_some()).then_some(Delta::ToolFragment(f))
+            }
+            other => Some(other),
+        };
+        (flushed, delta)
+    }
+}
+
+impl Stream for Scrubbed {
+    type Item = Result<Delta, ProviderError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if let Some(next) = this.queued.take() {
+            return Poll::Ready(Some(next));
+        }
+        loop {
+            if this.done {
+                return Poll::Ready(this.flush().map(Ok));
+            }
+            match this.inner.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => this.done = true,
+                Poll::Ready(Some(Err(e))) => {
+                    return Poll::Ready(Some(match this.flush() {
+                        Some(held) => {
+                            this.queued = Some(Err(e));
+                            Ok(held)
+                        }
+                        None => Err(e),
+                    }));
+                }
+                Poll::Ready(Some(Ok(delta))) => match this.take(delta) {
+                    (Some(flushed), Some(delta)) => {
+                        this.queued = Some(Ok(delta));
+                        return Poll::Ready(Some(Ok(flushed)));
+                    }
+                    (Some(one), None) | (None, Some(one)) => return Poll::Ready(Some(Ok(one))),
+                    (None, None) => {}
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::provider::register_secret;
+    use crate::types::FinishReason;
+
+    const KEY: &str = "sk-scrubtest-0123456789abcdefXYZ";
+
+    fn text_of(deltas: &[Delta]) -> String {
+        deltas
+            .iter()
+            .filter_map(|d| match d {
+                Delta::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    async fn run(pieces: Vec<Delta>) -> Vec<Delta> {
+        assert!(register_secret(KEY), "the test key registers");
+        let stream: DeltaStream = Box::pin(futures::stream::iter(pieces.into_iter().map(Ok)));
+        scrub(stream).map(|d| d.expect("no error")).collect().await
+    }
+
+    fn texts(parts: &[&str]) -> Vec<Delta> {
+        let mut out: Vec<Delta> = parts.iter().map(|p| Delta::Text((*p).to_string())).collect();
+        out.push(Delta::Finish(FinishReason::Stop));
+        out
+    }
+
+    #[tokio::test]
+    async fn a_key_split_at_every_offset_never_goes_out() {
+        let answer = format!("my key is {KEY}, keep it.");
+        for cut in 1..answer.len() {
+            let got = run(texts(&[&answer[..cut], &answer[cut..]])).await;
+            let text = text_of(&got);
+            assert!(!text.contains("0123456789"), "cut at {cut}: {text}");
+            assert!(text.starts_with("my key is "), "cut at {cut}: {text}");
+            assert!(text.ends_with(", keep it."), "cut at {cut}: {text}");
+            assert!(text.contains(REDACTED), "cut at {cut}: {text}");
+            assert!(matches!(got.last(), Some(Delta::Finish(_))), "the finish stays last");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_dripped_a_character_at_a_time_never_goes_out() {
+        let answer = format!("echo: {KEY} done");
+        let pieces: Vec<String> = answer.chars().map(String::from).collect();
+        let got = run(texts(&pieces.iter().map(String::as_str).collect::<Vec<_>>())).await;
+        let text = text_of(&got);
+        assert!(!text.contains("scrubtest"), "{text}");
+        // Under `HOLD_MIN` characters of a key's start go out before it is recognised.
+        assert_eq!(text, format!("echo: sk-{REDACTED} done"));
+    }
+
+    #[tokio::test]
+    async fn ordinary_text_passes_unchanged_and_unheld() {
+        let got = run(texts(&["it was sk", "etchy, the task's sks ", "and sk-learn"])).await;
+        assert_eq!(
+            got[..3],
+            [
+                Delta::Text("it was sk".into()),
+                Delta::Text("etchy, the task's sks ".into()),
+                Delta::Text("and sk-learn".into()),
+            ],
+            "{got:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_held_start_of_a_key_that_is_not_one_goes_out_before_the_end() {
+        let got = run(texts(&["sk-scrub", "bing floors"])).await;
+        assert_eq!(text_of(&got), "sk-scrubbing floors");
+        let got = run(texts(&["ends sk-scrubt"])).await;
+        assert_eq!(text_of(&got), "ends sk-scrubt", "flushed at the finish: {got:?}");
+        assert!(matches!(got.last(), Some(Delta::Finish(_))));
+    }
+
+    #[tokio::test]
+    async fn tool_arguments_are_scrubbed_per_call() {
+        let first = format!("{{\"k\": \"{}", &KEY[..10]);
+        let second = format!("{}\"}}", &KEY[10..]);
+        let got = run(vec![
+            Delta::tool(ToolFragment {
+                index: 0,
+                id: Some("c".into()),
+                name: Some("f".into()),
+                arguments: first,
+            }),
+            Delta::tool(ToolFragment {
+                index: 0,
+                id: None,
+                name: None,
+                arguments: second,
+            }),
+            Delta::ToolEnd { index: 0 },
+        ])
+        .await;
+        let args: String = got
+            .iter()
+            .filter_map(|d| match d {
+                Delta::ToolFragment(f) => Some(f.arguments.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(args, format!("{{\"k\": \"{REDACTED}\"}}"), "{got:?}");
+        assert!(matches!(&got[0], Delta::ToolFragment(f) if f.id.as_deref() == Some("c")));
+    }
+
+    #[tokio::test]
+    async fn an_upstream_echoing_the_route_key_never_passes_it_on() {
+        use crate::provider::testkit::{hello, ReplayServer, Reply};
+        use crate::provider::{http_client, OpenAiProvider, Provider};
+
+        assert!(register_secret(KEY), "the route's key registers at startup");
+        let chunk = |delta: &str| {
+            format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n")
+        };
+        let body = [
+            chunk(&format!("{{\"content\":\"my key is {}\"}}", &KEY[..16])),
+            chunk(&format!("{{\"content\":\"{} ok\"}}", &KEY[16..])),
+            "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n".to_string(),
+        ]
+        .concat();
+        let server = ReplayServer::start(Reply::sse(&body)).await;
+        let provider = OpenAiProvider::new(
+            format!("{}/v1", server.base),
+            "m".into(),
+            Some(KEY.into()),
+            http_client(),
+        );
+        let stream = provider.open(hello("req-1")).await.expect("the stream opens");
+        let deltas: Vec<Delta> = stream.map(|d| d.expect("no error")).collect().await;
+        let text = text_of(&deltas);
+        assert_eq!(text, format!("my key is {REDACTED} ok"), "{deltas:?}");
+        assert!(
+            matches!(deltas.last(), Some(Delta::Finish(FinishReason::Stop))),
+            "{deltas:?}"
+        );
+    }
+}
