@@ -197,9 +197,10 @@ impl ErrorReply {
     /// A terminal error that arrived after commit, for a reply that has not been sent yet
     /// (non-streaming): the answer broke midway, which is a bad gateway, unless the request
     /// itself was at fault (its `max_tokens` cut a tool call): that keeps its 4xx, so an SDK
-    /// does not retry it in vain.
+    /// does not retry it in vain. The drain's cut keeps its 503 and `Retry-After`: the
+    /// instance is going away, and the same request succeeds on another.
     pub fn after_commit(e: ErrorEvent) -> Self {
-        let status = if e.class.blame() == crate::types::Blame::Client {
+        let status = if e.class.blame() == crate::types::Blame::Client || e.class == ErrorClass::Draining {
             e.status
         } else {
             502
@@ -271,7 +272,7 @@ impl ErrorReply {
 fn waiting_helps(class: ErrorClass) -> bool {
     matches!(
         class,
-        ErrorClass::RateLimited | ErrorClass::Overloaded | ErrorClass::Unavailable
+        ErrorClass::RateLimited | ErrorClass::Overloaded | ErrorClass::Unavailable | ErrorClass::Draining
     )
 }
 
@@ -624,5 +625,8 @@ mod tests {
             400,
             "the request's own fault stays a 400"
         );
+        let cut = ErrorReply::after_commit(crate::transport::drain::cut_event(Envelope::default()));
+        assert_eq!(cut.status, 503, "a drained answer is a 503 an SDK retries elsewhere");
+        assert!(cut.retry_after.is_some(), "with Retry-After");
     }
 }
