@@ -1,7 +1,8 @@
 //! Tool-call assembly: buffers tool-call fragments per call and hands out only whole,
 //! validated calls, so a partial tool call never leaves the mux. Beside it, the same hold
 //! for a structured answer (`structured`), and what an answer that failed either gate said,
-//! kept for its repair (`rejected`).
+//! kept for its repair (`rejected`), and both compiled once per request for all its attempts
+//! (`gates`).
 //!
 //! # Why
 //! Upstreams stream a tool call's arguments as raw string fragments cut anywhere, even
@@ -36,6 +37,7 @@
 //! `finish` is never called. Likewise an upstream that sends a call's first fragment and
 //! then claims `tool_calls` gets that call with `{}` arguments.
 
+mod gates;
 mod rejected;
 mod schema;
 mod structured;
@@ -47,7 +49,9 @@ use self::schema::{parse_object, ToolSchemas};
 use crate::provider::{ProviderError, ToolFragment};
 use crate::types::{ErrorClass, FinishReason, ToolCall, ToolSpec};
 
+pub use self::gates::Gates;
 pub use self::rejected::{Rejected, RejectedCall, MAX_ECHO_BYTES};
+pub use self::schema::compile_problem;
 pub use self::structured::{StructuredError, StructuredGate, MAX_HELD_BYTES};
 
 /// Cap on buffered argument, id and name bytes across one answer's calls.
@@ -102,6 +106,17 @@ impl AssemblerError {
             ),
             _ => ProviderError::new(ErrorClass::InvalidOutput, self.to_string()),
         }
+    }
+
+    /// Does this rejection say something about the route's health? Not when the call is a
+    /// JSON object for an offered tool that fails only that tool's schema: the schema is the
+    /// client's, and one no answer can meet (`{"not": {}}`, a `"type": "string"` for
+    /// arguments that are always an object) would otherwise let any client open every
+    /// route's breaker. Garbage (arguments that are not a JSON object, a tool never offered,
+    /// no name, a call cut short, too much) still counts: the route produced it whatever the
+    /// schema.
+    pub fn blames_route(&self) -> bool {
+        !matches!(self, AssemblerError::SchemaMismatch { .. })
     }
 
     pub fn metric_label(&self) -> &'static str {
