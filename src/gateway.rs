@@ -24,8 +24,9 @@ use crate::types::{
 };
 use crate::{router, telemetry};
 
-/// The `x-tailcut-*` headers a request is steered by.
-const CONTROL_HEADERS: [&str; 8] = [
+/// The `x-tailcut-*` headers a request is steered by (also the ones browsers may send:
+/// `transport::cors::allowed_headers`).
+pub(crate) const CONTROL_HEADERS: [&str; 8] = [
     "x-tailcut-hedge",
     "x-tailcut-response-type",
     "x-tailcut-deadline-ms",

@@ -620,7 +620,11 @@ async fn a_token_is_bound_to_its_models_and_its_keys_tenant() {
     assert_eq!(d.openai("chat", &headers).await.0, 403, "its tenant only");
     for (body, status, what) in [
         (json!({"models": ["long"]}), 403, "a model beyond the key's"),
-        (json!({"models": ["gpt-9"]}), 400, "a model that does not exist"),
+        (
+            json!({"models": ["gpt-9"]}),
+            403,
+            "a model that does not exist, beyond the key's",
+        ),
         (json!({"models": []}), 400, "no models"),
         (json!({"ttl_s": 7200}), 400, "longer than an hour"),
         (json!({"ttl_s": 0}), 400, "no life"),
@@ -629,6 +633,70 @@ async fn a_token_is_bound_to_its_models_and_its_keys_tenant() {
         let (got, reply) = mint(&server, &bearer(KEY), body).await;
         assert_eq!(got, status, "{what}: {reply}");
     }
+}
+
+/// A credential header sent twice is a 400 in each dialect, whatever the values (before,
+/// the first was used, and a second could slip past whatever read the first).
+#[tokio::test]
+async fn a_credential_header_sent_twice_is_a_400_in_each_dialect() {
+    let server = start(&config("", "")).await;
+    let d = Dialects { server: &server };
+    let (key, other) = (bearer(KEY), bearer(OTHER_KEY));
+    for (name, first, second) in [
+        ("authorization", key.as_str(), key.as_str()),
+        ("authorization", key.as_str(), other.as_str()),
+        ("x-api-key", KEY, OTHER_KEY),
+    ] {
+        let headers = [(name, first), (name, second)];
+        let (status, _, body) = d.openai("chat", &headers).await;
+        assert_eq!(status, 400, "OpenAI, {name} twice: {body}");
+        assert_eq!(body["error"]["param"], name, "{body}");
+        assert_eq!(body["error"]["code"], "bad_request", "{body}");
+        let (status, _, body) = d.anthropic("chat", &headers).await;
+        assert_eq!(status, 400, "Anthropic, {name} twice: {body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        let (status, _, body) = d.native("chat", &headers).await;
+        assert_eq!(status, 400, "native, {name} twice: {body}");
+        assert_eq!(body["class"], "bad_request", "{body}");
+        let (status, _, text) = post(server.url("/v1/tokens"), &json!({}), &headers).await;
+        assert_eq!(status, 400, "minting, {name} twice: {text}");
+        assert!(
+            !text.contains(KEY) && !text.contains(OTHER_KEY),
+            "no key in the answer: {text}"
+        );
+    }
+}
+
+/// Minting a token for a model is refused exactly as a chat request for it is: past the
+/// key's list a 403 `model_forbidden`, and a model that does not exist a 404
+/// `model_not_found` naming the known ones (it was a 400 before the key's list was checked).
+#[tokio::test]
+async fn minting_for_a_model_answers_as_a_chat_request_for_it() {
+    let server = start(&config("models = [\"chat\"]", "")).await;
+    let d = Dialects { server: &server };
+    for (key, model, status, code) in [
+        (KEY, "gpt-9", 403, "model_forbidden"),
+        (KEY, "other", 403, "model_forbidden"),
+        (OTHER_KEY, "gpt-9", 404, "model_not_found"),
+    ] {
+        let auth = bearer(key);
+        let (chat_status, _, chat) = d.openai(model, &[("authorization", &auth)]).await;
+        let (mint_status, minted) = mint(&server, &auth, json!({"models": [model]})).await;
+        assert_eq!(
+            (chat_status, mint_status),
+            (status, status),
+            "{model}: {chat} / {minted}"
+        );
+        assert_eq!(chat["error"]["code"], code, "{model}: {chat}");
+        assert_eq!(minted["error"]["code"], code, "{model}: {minted}");
+        assert_eq!(minted["error"]["type"], chat["error"]["type"], "{model}");
+        assert_eq!(minted["error"]["param"], "model", "{model}: {minted}");
+    }
+    let (_, minted) = mint(&server, &bearer(OTHER_KEY), json!({"models": ["gpt-9"]})).await;
+    assert!(
+        minted["error"]["message"].as_str().is_some_and(|m| m.contains("chat")),
+        "the known models are listed, as chat lists them: {minted}"
+    );
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
-//! What the client's own request causes is answered as the client's error, after one upstream
-//! attempt, and never counts against a route: a `max_tokens` that ends the answer inside a
-//! tool call, and a tool schema that does not compile. Before, each such request failed over
-//! through every route as "invalid output", and a few of them opened every route's breaker,
-//! so other clients got 503.
+//! What the client's own request causes never counts against a route. A `max_tokens` that
+//! ends the answer inside a tool call, and a tool schema that does not compile, are answered
+//! as the client's error after at most one upstream attempt; a valid schema no answer can
+//! meet fails the client's requests as invalid output, but opens no breaker. Before, each
+//! such request failed over through every route as "invalid output", and a few of them
+//! opened every route's breaker, so other clients got 503.
 
 mod support;
 
@@ -99,5 +100,27 @@ async fn a_tool_schema_that_does_not_compile_is_a_400_before_any_attempt() {
         assert_eq!(body["error"]["param"], "tools[0]", "{}", reply.raw);
     }
     assert_eq!(upstream_requests(&server), 0, "no attempt was made");
+    still_served_by_a(&server).await;
+}
+
+/// A valid schema no answer can meet: every answer fails it, on every route, but only the
+/// client's own requests pay (each is repaired and failed over, then refused); no route's
+/// breaker opens, so other clients are still served by the first route.
+#[tokio::test]
+async fn a_tool_schema_no_answer_can_meet_fails_only_its_own_requests() {
+    let server = start(&config()).await;
+    for i in 0..4 {
+        let reply = post_sse(&server.url(""), &tool_request(json!({"not": {}}), None), &[]).await;
+        assert!(
+            reply.raw.contains("do not match the tool's schema"),
+            "request {i} fails on the schema: {}",
+            reply.raw
+        );
+        assert!(
+            !reply.raw.contains("\"arguments\""),
+            "no invalid call reaches the client: {}",
+            reply.raw
+        );
+    }
     still_served_by_a(&server).await;
 }

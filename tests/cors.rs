@@ -373,3 +373,51 @@ async fn a_same_origin_get_through_a_rebound_name_is_refused_before_the_upstream
     assert_eq!(json["type"], "error", "native error message: {json}");
     only_the_control_request_reached_the_upstream(&server).await;
 }
+
+/// An `Origin` sent twice is a 400 in each dialect, before the upstream, even when its first
+/// value is an allowed origin (it was: only the first was checked).
+#[tokio::test]
+async fn an_origin_sent_twice_is_a_400_before_the_upstream_in_each_dialect() {
+    let server = start_cors().await;
+    let body = serde_json::to_string(&chat_body(false)).expect("JSON");
+    for (path, second) in [
+        ("/v1/chat/completions", EVIL),
+        ("/v1/chat/completions", APP),
+        ("/v1/messages", EVIL),
+        ("/v1/stream", EVIL),
+    ] {
+        let resp = client()
+            .post(server.url(path))
+            .header("origin", APP)
+            .header("origin", second)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(resp.status(), 400, "{path}, then {second}");
+        let json: Value = serde_json::from_str(&resp.text().await.unwrap_or_default()).unwrap_or(Value::Null);
+        let message = match path {
+            "/v1/stream" => {
+                assert_eq!(json["class"], "bad_request", "native shape: {json}");
+                &json["message"]
+            }
+            "/v1/messages" => {
+                assert_eq!(
+                    json["error"]["type"], "invalid_request_error",
+                    "Anthropic shape: {json}"
+                );
+                &json["error"]["message"]
+            }
+            _ => {
+                assert_eq!(json["error"]["param"], "origin", "OpenAI shape: {json}");
+                &json["error"]["message"]
+            }
+        };
+        assert!(
+            message.as_str().is_some_and(|m| m.contains("only once")),
+            "{path}: says why: {json}"
+        );
+    }
+    only_the_control_request_reached_the_upstream(&server).await;
+}

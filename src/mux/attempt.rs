@@ -9,7 +9,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use super::tool_calls::{Rejected, StructuredGate, ToolCallAssembler};
+use super::tool_calls::{AssemblerError, Gates, Rejected, StructuredError, StructuredGate, ToolCallAssembler};
 use crate::health::RoutePermit;
 use crate::provider::{Delta, ProviderError, SharedProvider, UpstreamRequest};
 use crate::types::{ErrorClass, FinishReason, ToolCall, Usage};
@@ -62,14 +62,22 @@ pub struct Attempt {
     pub permit: Option<RoutePermit>,
     /// What the answer said when it failed its quality gate.
     rejected: Option<Rejected>,
+    /// The attempt failed only the request's own schema: that says nothing about the route,
+    /// so `resolve` frees its permit without judging it.
+    spares_route: bool,
     events: Pin<Box<dyn Stream<Item = Emitted> + Send>>,
 }
 
 /// What the upstream side of an attempt hands up: an event, or a failed quality gate with
-/// the output that failed it (kept on the attempt, reported as `Failed`).
+/// the output that failed it (kept on the attempt, reported as `Failed`) and whether the
+/// failure is the route's.
 enum Emitted {
     Event(AttemptEvent),
-    Rejected(ProviderError, Rejected),
+    Rejected {
+        error: ProviderError,
+        output: Rejected,
+        blames_route: bool,
+    },
 }
 
 impl Attempt {
@@ -79,6 +87,7 @@ impl Attempt {
         role: Role,
         provider: SharedProvider,
         req: UpstreamRequest,
+        gates: &Gates,
         permit: Option<RoutePermit>,
     ) -> Self {
         Attempt {
@@ -89,7 +98,8 @@ impl Attempt {
             tokens: 0,
             permit,
             rejected: None,
-            events: Box::pin(events(provider, req)),
+            spares_route: false,
+            events: Box::pin(events(provider, req, gates.for_attempt())),
         }
     }
 
@@ -103,6 +113,7 @@ impl Attempt {
             tokens: 0,
             permit: None,
             rejected: None,
+            spares_route: false,
             events: Box::pin(stream.map(Emitted::Event)),
         }
     }
@@ -116,9 +127,14 @@ impl Attempt {
                 }
                 Some(ev)
             }
-            Emitted::Rejected(err, output) => {
+            Emitted::Rejected {
+                error,
+                output,
+                blames_route,
+            } => {
                 self.rejected = Some(output);
-                Some(AttemptEvent::failed(err))
+                self.spares_route = !blames_route;
+                Some(AttemptEvent::failed(error))
             }
         })
     }
@@ -140,23 +156,45 @@ impl Attempt {
         }
     }
 
-    /// Reports the outcome to the route's health.
+    /// Reports the outcome to the route's health. An answer that failed only the request's
+    /// own schema is neither: its permit is dropped unresolved, which frees its slots.
     pub fn resolve(&mut self, outcome: Result<(), &ProviderError>) {
         if let Some(permit) = self.permit.take() {
             let now = Instant::now();
             match outcome {
                 Ok(()) => permit.success(now),
+                Err(_) if self.spares_route => drop(permit),
                 Err(e) => permit.failure(now, e.class, e.retry_after),
             }
         }
     }
 }
 
-fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = Emitted> + Send {
+/// The tool-call assembler's rejection, with what the answer's calls said.
+fn rejected_calls(e: &AssemblerError, max_tokens: Option<u32>, assembler: &ToolCallAssembler) -> Emitted {
+    Emitted::Rejected {
+        error: e.to_error(max_tokens),
+        output: Rejected::ToolCalls(assembler.rejected_calls()),
+        blames_route: e.blames_route(),
+    }
+}
+
+/// The structured gate's rejection, with the held text.
+fn rejected_text(e: &StructuredError, text: String) -> Emitted {
+    Emitted::Rejected {
+        error: ProviderError::new(ErrorClass::InvalidOutput, e.to_string()),
+        output: Rejected::Structured(text),
+        blames_route: e.blames_route(),
+    }
+}
+
+fn events(
+    provider: SharedProvider,
+    req: UpstreamRequest,
+    (mut assembler, mut gate): (ToolCallAssembler, Option<StructuredGate>),
+) -> impl Stream<Item = Emitted> + Send {
     async_stream::stream! {
-        let tools = req.chat.tools.clone();
         let max_tokens = req.chat.max_tokens;
-        let mut gate = StructuredGate::for_request(&req.chat);
         let mut upstream = match provider.open(req).await {
             Ok(s) => s,
             Err(e) => {
@@ -164,9 +202,7 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                 return;
             }
         };
-        let mut assembler = ToolCallAssembler::new(&tools);
         let mut finish: Option<FinishReason> = None;
-        let invalid = |message: String| ProviderError::new(ErrorClass::InvalidOutput, message);
         while let Some(item) = upstream.next().await {
             match item {
                 // A structured answer is held until it is judged at its end.
@@ -176,7 +212,7 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                         Ok(true) => yield Emitted::Event(AttemptEvent::ToolStarted),
                         Ok(false) => yield Emitted::Event(AttemptEvent::Progress),
                         Err(e) => {
-                            yield Emitted::Rejected(invalid(e.to_string()), Rejected::Structured(g.take_text()));
+                            yield rejected_text(&e, g.take_text());
                             return;
                         }
                     },
@@ -186,13 +222,13 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                     Ok(true) => yield Emitted::Event(AttemptEvent::ToolStarted),
                     Ok(false) => yield Emitted::Event(AttemptEvent::Progress),
                     Err(e) => {
-                        yield Emitted::Rejected(e.to_error(max_tokens), Rejected::ToolCalls(assembler.rejected_calls()));
+                        yield rejected_calls(&e, max_tokens, &assembler);
                         return;
                     }
                 },
                 Ok(Delta::ToolEnd { index }) => {
                     if let Err(e) = assembler.end(index) {
-                        yield Emitted::Rejected(e.to_error(max_tokens), Rejected::ToolCalls(assembler.rejected_calls()));
+                        yield rejected_calls(&e, max_tokens, &assembler);
                         return;
                     }
                     yield Emitted::Event(AttemptEvent::Progress);
@@ -207,7 +243,7 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                                 // filtered answer goes out as it is, under its honest reason.
                                 if reason == FinishReason::Stop && !any {
                                     if let Err(e) = g.check() {
-                                        yield Emitted::Rejected(invalid(e.to_string()), Rejected::Structured(g.take_text()));
+                                        yield rejected_text(&e, g.take_text());
                                         return;
                                     }
                                 }
@@ -219,7 +255,7 @@ fn events(provider: SharedProvider, req: UpstreamRequest) -> impl Stream<Item = 
                             finish = Some(if any && reason != FinishReason::Length { FinishReason::ToolCalls } else { reason });
                         }
                         Err(e) => {
-                            yield Emitted::Rejected(e.to_error(max_tokens), Rejected::ToolCalls(assembler.rejected_calls()));
+                            yield rejected_calls(&e, max_tokens, &assembler);
                             return;
                         }
                     }

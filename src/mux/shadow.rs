@@ -14,13 +14,21 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::attempt::{Attempt, AttemptEvent, Role};
+use super::tool_calls::Gates;
 use super::Mux;
 use crate::provider::UpstreamRequest;
 use crate::telemetry as t;
 use crate::types::{ChatRequest, Priority};
 
 /// Starts a shadow of `req` on `route` when the share and the in-flight cap allow.
-pub fn maybe_start(mux: &Arc<Mux>, shadows: &Arc<Semaphore>, req: &Arc<ChatRequest>, route: &str, deadline: Instant) {
+pub fn maybe_start(
+    mux: &Arc<Mux>,
+    shadows: &Arc<Semaphore>,
+    req: &Arc<ChatRequest>,
+    gates: &Gates,
+    route: &str,
+    deadline: Instant,
+) {
     let share = mux.config.limits.shadow_share;
     if share <= 0.0 || rand::random::<f64>() >= share {
         return;
@@ -48,6 +56,7 @@ pub fn maybe_start(mux: &Arc<Mux>, shadows: &Arc<Semaphore>, req: &Arc<ChatReque
         Role::Hedge,
         provider,
         upstream,
+        gates,
         Some(permit),
     );
     let health = Arc::clone(&mux.health);

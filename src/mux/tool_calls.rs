@@ -1,7 +1,8 @@
 //! Tool-call assembly: buffers tool-call fragments per call and hands out only whole,
 //! validated calls, so a partial tool call never leaves the mux. Beside it, the same hold
 //! for a structured answer (`structured`), and what an answer that failed either gate said,
-//! kept for its repair (`rejected`).
+//! kept for its repair (`rejected`), and both compiled once per request for all its attempts
+//! (`gates`). Why calls are refused, and whether the route is to blame, is `error`.
 //!
 //! # Why
 //! Upstreams stream a tool call's arguments as raw string fragments cut anywhere, even
@@ -36,6 +37,8 @@
 //! `finish` is never called. Likewise an upstream that sends a call's first fragment and
 //! then claims `tool_calls` gets that call with `{}` arguments.
 
+mod error;
+mod gates;
 mod rejected;
 mod schema;
 mod structured;
@@ -44,78 +47,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use self::schema::{parse_object, ToolSchemas};
-use crate::provider::{ProviderError, ToolFragment};
-use crate::types::{ErrorClass, FinishReason, ToolCall, ToolSpec};
+use crate::provider::ToolFragment;
+use crate::types::{FinishReason, ToolCall, ToolSpec};
 
+pub use self::error::AssemblerError;
+pub use self::gates::Gates;
 pub use self::rejected::{Rejected, RejectedCall, MAX_ECHO_BYTES};
+pub use self::schema::compile_problem;
 pub use self::structured::{StructuredError, StructuredGate, MAX_HELD_BYTES};
 
 /// Cap on buffered argument, id and name bytes across one answer's calls.
 pub const MAX_BUFFERED_BYTES: usize = 1 << 20;
 /// Cap on the number of tool calls in one answer.
 pub const MAX_CALLS: usize = 128;
-
-/// Why an answer's tool calls cannot be emitted. Every variant is invalid output.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum AssemblerError {
-    #[error("tool call {index} was cut off by finish reason {}", reason.as_str())]
-    Incomplete {
-        index: u32,
-        name: Option<String>,
-        reason: FinishReason,
-    },
-    #[error("tool call {index} ({name}) arguments are not a JSON object: {message}")]
-    InvalidJson { index: u32, name: String, message: String },
-    #[error("tool call {index} ({name}) arguments do not match the tool's schema: {message}")]
-    SchemaMismatch { index: u32, name: String, message: String },
-    #[error("tool call {index} names {name:?}, which is not among the request's tools")]
-    UnknownTool { index: u32, name: String },
-    #[error("tool calls exceed the limit of {limit} {what}")]
-    TooLarge { what: &'static str, limit: usize },
-    #[error("tool call {index} has no name")]
-    MissingName { index: u32 },
-    #[error("tool call {index} received more arguments after it ended")]
-    FragmentAfterEnd { index: u32 },
-}
-
-impl AssemblerError {
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidOutput
-    }
-
-    /// The attempt's failure. A call cut off at the request's own `max_tokens` is the
-    /// request's error (`BadRequest`): every route would cut it at the same place, so it is
-    /// neither repaired nor failed over, and it never counts against the route that honoured
-    /// the limit (else a client could open every route's breaker with a few such requests).
-    /// Every other rejection is the route's invalid output.
-    pub fn to_error(&self, max_tokens: Option<u32>) -> ProviderError {
-        match (self, max_tokens) {
-            (
-                AssemblerError::Incomplete {
-                    reason: FinishReason::Length,
-                    ..
-                },
-                Some(limit),
-            ) => ProviderError::new(
-                ErrorClass::BadRequest,
-                format!("{self}: max_tokens ({limit}) ends the answer inside the call; raise max_tokens"),
-            ),
-            _ => ProviderError::new(ErrorClass::InvalidOutput, self.to_string()),
-        }
-    }
-
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            AssemblerError::Incomplete { .. } => "incomplete",
-            AssemblerError::InvalidJson { .. } => "invalid_json",
-            AssemblerError::SchemaMismatch { .. } => "schema_mismatch",
-            AssemblerError::UnknownTool { .. } => "unknown_tool",
-            AssemblerError::TooLarge { .. } => "too_large",
-            AssemblerError::MissingName { .. } => "missing_name",
-            AssemblerError::FragmentAfterEnd { .. } => "fragment_after_end",
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 struct PendingCall {
@@ -393,6 +337,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
+    use crate::types::ErrorClass;
 
     fn tool(name: &str, parameters: Value) -> ToolSpec {
         ToolSpec {

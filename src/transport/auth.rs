@@ -197,6 +197,7 @@ impl Access {
             Presented::Nothing => return Err(Refusal::MissingKey),
             Presented::Unreadable => return Err(Refusal::BadKey),
             Presented::KeyInUrl => return Err(Refusal::KeyInUrl),
+            Presented::Repeated(name) => return Err(Refusal::Repeated(name)),
             Presented::Key(key) => Authed {
                 key: find_key(keys, &credential::sha256(key)).ok_or(Refusal::BadKey)?,
                 via: Via::Key,

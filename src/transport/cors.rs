@@ -8,7 +8,8 @@
 //! page may read the reply. So every API request passes [`Origins::check`] first:
 //!
 //! 1. With an `Origin` (every cross-origin fetch, every POST, every WebSocket upgrade): it
-//!    must be in the allowlist, exactly. Anything else, `null` included, gets a 403.
+//!    must be in the allowlist, exactly. Anything else, `null` included, gets a 403; an
+//!    `Origin` sent twice (no browser does) a 400, whatever the values.
 //! 2. Without one and without `Sec-Fetch-Site`: not a browser (SDKs, curl, servers): allowed.
 //! 3. Without one, from a browser on another site (`Sec-Fetch-Site: cross-site|same-site`:
 //!    `<img>`, `<script>`, links): refused.
@@ -28,7 +29,7 @@
 //! http://evil.example:PORT`, a perfect "same-origin" pair.
 //!
 //! For allowed origins tower-http answers preflights (`Access-Control-Allow-Origin`,
-//! `-Methods`, `-Headers` from [`ALLOWED_HEADERS`], `-Max-Age`, and `-Private-Network` for
+//! `-Methods`, `-Headers` from [`allowed_headers`], `-Max-Age`, and `-Private-Network` for
 //! Chrome's private network access) and adds `Access-Control-Allow-Origin` and
 //! `-Expose-Headers` ([`EXPOSED_HEADERS`]) to every answer. No credentials: keys and tokens
 //! ride in headers or `?token=`, never in cookies.
@@ -43,30 +44,23 @@ use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderName, Method, Uri};
 use axum::response::Response;
-use tower_http::cors::{AllowOrigin, AllowPrivateNetwork, Cors};
+use tower_http::cors::{AllowHeaders, AllowOrigin, AllowPrivateNetwork, Cors};
 
 use super::error::ErrorReply;
 use super::{anthropic, native_sse, openai};
 use crate::types::{Dialect, ErrorClass, RequestCtx};
 
-/// Request headers an allowed page may send: tailcut's own, and those the OpenAI and
-/// Anthropic JavaScript SDKs send from a browser (a preflight naming any other is not
-/// answered with it, and the browser gives up).
-pub const ALLOWED_HEADERS: [&str; 29] = [
+/// Request headers an allowed page may send besides tailcut's own control headers
+/// (`gateway::CONTROL_HEADERS`, see [`allowed_headers`]): the credentials, the request id,
+/// and those the OpenAI and Anthropic JavaScript SDKs send from a browser (a preflight
+/// naming any other is not answered with it, and the browser gives up).
+pub const SDK_HEADERS: [&str; 21] = [
     "authorization",
     "content-type",
     "x-api-key",
     "x-request-id",
     "last-event-id",
     "idempotency-key",
-    "x-tailcut-hedge",
-    "x-tailcut-response-type",
-    "x-tailcut-deadline-ms",
-    "x-tailcut-priority",
-    "x-tailcut-session",
-    "x-tailcut-region",
-    "x-tailcut-tenant",
-    "x-tailcut-task",
     "anthropic-version",
     "anthropic-beta",
     "anthropic-dangerous-direct-browser-access",
@@ -83,6 +77,12 @@ pub const ALLOWED_HEADERS: [&str; 29] = [
     "x-stainless-helper-method",
     "x-stainless-async",
 ];
+
+/// Every request header an allowed page may send: [`SDK_HEADERS`] and the `x-tailcut-*`
+/// headers a request is steered by.
+pub fn allowed_headers() -> impl Iterator<Item = &'static str> {
+    SDK_HEADERS.into_iter().chain(crate::gateway::CONTROL_HEADERS)
+}
 
 /// Response headers an allowed page's scripts may read: who served, the request id (both
 /// SDKs' spellings), and the retry hints the SDKs honour.
@@ -118,15 +118,19 @@ pub enum Refusal {
     CrossSite,
     /// A browser request to a loopback server under a name not its own: DNS rebinding.
     ForeignHost,
+    /// `Origin` sent more than once: which page asks is ambiguous.
+    RepeatedOrigin,
 }
 
 impl Refusal {
-    /// The log label, also the error's `code`.
+    /// The log label, also the error's `code` (but for a repeated header, whose code is
+    /// `bad_request` as for any malformed header).
     pub fn metric_label(self) -> &'static str {
         match self {
             Refusal::ForeignOrigin => "origin_not_allowed",
             Refusal::CrossSite => "cross_site_request",
             Refusal::ForeignHost => "host_not_allowed",
+            Refusal::RepeatedOrigin => "origin_repeated",
         }
     }
 
@@ -138,6 +142,15 @@ impl Refusal {
                 "a browser request under a name that is not this server's is refused (DNS rebinding); \
                  open tailcut at its loopback address or list the origin in [server.cors] allowed_origins"
             }
+            Refusal::RepeatedOrigin => "origin may be sent only once",
+        }
+    }
+
+    /// A repeated header is a malformed request (400); the others are refusals (403).
+    fn class(self) -> ErrorClass {
+        match self {
+            Refusal::RepeatedOrigin => ErrorClass::BadRequest,
+            _ => ErrorClass::Forbidden,
         }
     }
 }
@@ -166,6 +179,9 @@ impl Origins {
 
     /// The guard's decision for one request (the numbered rules of the module doc).
     pub fn check(&self, headers: &HeaderMap, uri: &Uri) -> Result<(), Refusal> {
+        if headers.get_all(header::ORIGIN).iter().nth(1).is_some() {
+            return Err(Refusal::RepeatedOrigin);
+        }
         if let Some(origin) = headers.get(header::ORIGIN) {
             return match origin.to_str() {
                 Ok(origin) if self.allows(origin) => Ok(()),
@@ -223,7 +239,7 @@ pub fn cors<S>(inner: S, origins: &Arc<Origins>) -> Cors<S> {
         .allow_origin(AllowOrigin::predicate(allowed(origins)))
         .allow_private_network(AllowPrivateNetwork::predicate(allowed(origins)))
         .allow_methods([Method::GET, Method::POST])
-        .allow_headers(ALLOWED_HEADERS.map(HeaderName::from_static))
+        .allow_headers(AllowHeaders::list(allowed_headers().map(HeaderName::from_static)))
         .expose_headers(EXPOSED_HEADERS.map(HeaderName::from_static))
         .max_age(PREFLIGHT_MAX_AGE)
 }
@@ -243,12 +259,17 @@ pub fn guard(origins: &Origins, headers: &HeaderMap, uri: &Uri) -> Option<Respon
     })
 }
 
-/// A 403 in the error shape of the endpoint's dialect (OpenAI's for the ops endpoints).
+/// A 403 (or 400) in the error shape of the endpoint's dialect (OpenAI's for the ops
+/// endpoints).
 fn refused(path: &str, refusal: Refusal) -> Response {
     let reply = ErrorReply {
-        status: 403,
-        class: ErrorClass::Forbidden,
-        code: Some(refusal.metric_label()),
+        status: refusal.class().http_status(),
+        class: refusal.class(),
+        code: Some(match refusal {
+            Refusal::RepeatedOrigin => "bad_request",
+            _ => refusal.metric_label(),
+        }),
+        param: (refusal == Refusal::RepeatedOrigin).then(|| "origin".to_string()),
         ..ErrorReply::bad_request(refusal.message())
     };
     let request_id = RequestCtx::new(Dialect::OpenAi).request_id;
@@ -278,6 +299,40 @@ mod tests {
             let body: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
             assert_eq!(body["error"]["type"], kind, "{path}: {body}");
         }
+    }
+
+    #[tokio::test]
+    async fn an_origin_sent_twice_is_a_400_in_each_dialect_whatever_the_values() {
+        use http_body_util::BodyExt;
+        let o = origins(&[], "127.0.0.1:8080");
+        for second in ["http://127.0.0.1:8080", "https://evil.example"] {
+            let mut h = headers(&[("origin", "http://127.0.0.1:8080")]);
+            h.append("origin", second.parse().expect("value"));
+            assert_eq!(
+                o.check(&h, &Uri::from_static("/v1/chat/completions")),
+                Err(Refusal::RepeatedOrigin),
+                "an allowed first value does not let {second} by"
+            );
+        }
+        for (path, kind) in [
+            ("/v1/chat/completions", "invalid_request_error"),
+            ("/v1/messages", "invalid_request_error"),
+        ] {
+            let resp = refused(path, Refusal::RepeatedOrigin);
+            assert_eq!(resp.status(), 400, "{path}");
+            let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+            let body: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+            assert_eq!(body["error"]["type"], kind, "{path}: {body}");
+            assert!(
+                body["error"]["message"].as_str().is_some_and(|m| m.contains("origin")),
+                "{path}: {body}"
+            );
+        }
+        let resp = refused("/v1/stream", Refusal::RepeatedOrigin);
+        assert_eq!(resp.status(), 400, "native");
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(body["class"], "bad_request", "native shape: {body}");
     }
 
     fn origins(listed: &[&str], local: &str) -> Origins {
@@ -376,7 +431,9 @@ mod tests {
         );
     }
 
-    /// A new `x-tailcut-*` header would be refused by browsers' preflights if it were not listed.
+    /// A new `x-tailcut-*` header would be refused by browsers' preflights if it were not
+    /// listed, and could be sent twice unnoticed: every one the gateway reads is a control
+    /// header (allowed, and refused when repeated).
     #[test]
     fn every_tailcut_header_is_allowed_or_exposed() {
         let names = |source: &str, prefix: &str| -> Vec<String> {
@@ -389,7 +446,11 @@ mod tests {
         };
         for name in names(include_str!("../gateway.rs"), "get(\"x-tailcut-") {
             assert!(
-                ALLOWED_HEADERS.contains(&name.as_str()),
+                crate::gateway::CONTROL_HEADERS.contains(&name.as_str()),
+                "{name} is a control header: allowed to browsers, refused when repeated"
+            );
+            assert!(
+                allowed_headers().any(|allowed| allowed == name),
                 "{name} is a request header browsers may send"
             );
         }

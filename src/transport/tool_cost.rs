@@ -3,8 +3,8 @@
 //! [`MAX_SCHEMA_PATTERNS`] regular expressions across all the schemas, each a valid JSON
 //! Schema, else a 400 naming the limit or the schema.
 //!
-//! Every attempt compiles the request's schemas (the tool-call assembler checks finished
-//! calls against them), on the runtime's worker threads. A plain schema compiles in
+//! The mux compiles the request's schemas once more, for all its attempts (the tool-call
+//! assembler checks finished calls against them), on the runtime's worker threads. A plain schema compiles in
 //! microseconds, but each `pattern` / `patternProperties` key is a regex: one of twenty
 //! bytes such as `(\w{1,200}){1,200}` takes tens of milliseconds, so a 4 MB body of them
 //! would hold a worker for minutes. The byte and message limits of `transport::body` do not
@@ -14,6 +14,7 @@
 use serde_json::Value;
 
 use super::error::DecodeError;
+use crate::mux::tool_calls::compile_problem;
 use crate::types::{ChatRequest, ResponseFormat};
 
 /// Tools one request may offer (OpenAI's limit for `tools`).
@@ -97,23 +98,10 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
     Ok(())
 }
 
-/// Whether `schema` compiles, and why not (cut short: the message quotes the schema).
+/// Whether `schema` compiles, and why not: the mux's own reading of a schema, so what
+/// passes here is what the request's quality gates judge by.
 fn compiles(schema: &Value) -> Result<(), String> {
-    match jsonschema::validator_for(schema) {
-        Ok(_) => Ok(()),
-        Err(err) => {
-            let mut why = err.to_string();
-            if why.len() > 200 {
-                let mut end = 200;
-                while !why.is_char_boundary(end) {
-                    end -= 1;
-                }
-                why.truncate(end);
-                why.push('…');
-            }
-            Err(why)
-        }
-    }
+    compile_problem(schema).map_or(Ok(()), Err)
 }
 
 /// The regexes a schema holds. Iterative: a parsed value is at most serde_json's recursion

@@ -278,7 +278,14 @@ impl Run {
         // Shadows are for any request a second upstream may safely see.
         if !self.side_effecting() {
             if let Some(next) = self.routes.next_other(&winner.route) {
-                crate::mux::shadow::maybe_start(&self.mux, &self.mux.shadows, &self.req, next, self.deadline);
+                crate::mux::shadow::maybe_start(
+                    &self.mux,
+                    &self.mux.shadows,
+                    &self.req,
+                    &self.gates,
+                    next,
+                    self.deadline,
+                );
             }
         }
         self.env.level = self.route_config(&winner.route).map_or(Level::L0, |r| r.level);

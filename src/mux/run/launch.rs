@@ -169,6 +169,7 @@ impl Run {
             role,
             provider,
             upstream,
+            &self.gates,
             Some(permit),
         ))
     }

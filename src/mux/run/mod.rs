@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use super::attempt::{Attempt, AttemptEvent};
 use super::hedge::NoHedge;
 use super::seam::Seam;
+use super::tool_calls::Gates;
 use super::transcript::Transcript;
 use super::Mux;
 use crate::config::RouteConfig;
@@ -144,6 +145,8 @@ struct Run {
     moves: rotation::Moves,
     /// The repair attempt, once it was used (`repair`).
     repair: repair::RepairState,
+    /// The request's quality gates, compiled once for all its attempts.
+    gates: Gates,
 }
 
 impl Run {
@@ -183,6 +186,7 @@ impl Run {
             retried: Default::default(),
             moves: Default::default(),
             repair: Default::default(),
+            gates: Gates::for_request(&req),
             plan,
             mux,
             req,

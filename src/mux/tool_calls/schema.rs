@@ -1,5 +1,6 @@
 //! The request's tool schemas, compiled once, and the checks a finished call's arguments
-//! must pass: a JSON object (`""` reads as `{}`) that matches its tool's schema.
+//! must pass: a JSON object (`""` reads as `{}`) that matches its tool's schema. Also why a
+//! client's schema does not compile ([`compile_problem`]), which the transport refuses.
 
 use std::collections::HashMap;
 
@@ -68,6 +69,12 @@ impl Schema {
             Schema::Checked(validator) => validator.validate(arguments).map_err(|err| clip(err.to_string())),
         }
     }
+}
+
+/// Why `schema` does not compile as a JSON Schema (remote `$ref`s are never fetched, so one
+/// does not compile), cut short since the message may quote the schema; `None` when it does.
+pub fn compile_problem(schema: &Value) -> Option<String> {
+    jsonschema::validator_for(schema).err().map(|err| clip(err.to_string()))
 }
 
 /// Parses a finished call's concatenated arguments: a JSON object, with blank meaning `{}`.

@@ -9,6 +9,8 @@
 //! An answer that ends for another reason than `stop` (length, refusal, content filter) is
 //! released as it is, with its honest finish reason.
 
+use std::sync::Arc;
+
 use jsonschema::Validator;
 use serde_json::Value;
 
@@ -34,18 +36,28 @@ impl StructuredError {
     pub fn class(&self) -> ErrorClass {
         ErrorClass::InvalidOutput
     }
+
+    /// Does this rejection say something about the route's health? Not for valid JSON that
+    /// fails only the client's own schema (which may be one no answer can meet); text that
+    /// is not JSON, or not the object JSON mode asks for, or too large, still counts.
+    pub fn blames_route(&self) -> bool {
+        !matches!(self, StructuredError::SchemaMismatch(_))
+    }
 }
 
 /// What the answer must be.
+#[derive(Debug)]
 enum Expect {
     Object,
     /// `None`: the schema does not compile (remote `$ref`s are never fetched); any JSON.
-    Schema(Option<Box<Validator>>),
+    Schema(Option<Validator>),
 }
 
-/// Holds one answer's text until it is judged; see the module doc.
+/// Holds one answer's text until it is judged; see the module doc. Cloning an empty gate
+/// gives another attempt its own, sharing the compiled schema.
+#[derive(Debug, Clone)]
 pub struct StructuredGate {
-    expect: Expect,
+    expect: Arc<Expect>,
     text: String,
 }
 
@@ -55,12 +67,10 @@ impl StructuredGate {
         let expect = match req.response_format.as_ref()? {
             ResponseFormat::Text => return None,
             ResponseFormat::JsonObject => Expect::Object,
-            ResponseFormat::JsonSchema { schema, .. } => {
-                Expect::Schema(jsonschema::validator_for(schema).ok().map(Box::new))
-            }
+            ResponseFormat::JsonSchema { schema, .. } => Expect::Schema(jsonschema::validator_for(schema).ok()),
         };
         Some(StructuredGate {
-            expect,
+            expect: Arc::new(expect),
             text: String::new(),
         })
     }
@@ -89,7 +99,7 @@ impl StructuredGate {
     pub fn check(&self) -> Result<(), StructuredError> {
         let value: Value =
             serde_json::from_str(self.text.trim()).map_err(|e| StructuredError::NotJson(e.to_string()))?;
-        match &self.expect {
+        match &*self.expect {
             Expect::Object if !value.is_object() => Err(StructuredError::NotObject),
             Expect::Object | Expect::Schema(None) => Ok(()),
             Expect::Schema(Some(validator)) => match validator.iter_errors(&value).next() {

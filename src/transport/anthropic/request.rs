@@ -74,8 +74,9 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
             messages.push(prompt);
         }
     }
+    let last = raw_messages.len() - 1;
     for (i, m) in raw_messages.into_iter().enumerate() {
-        turn(i, m, &mut messages)?;
+        turn(i, m, i == last, &mut messages)?;
     }
     let tools = raw
         .tools
@@ -107,6 +108,9 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
 fn system_message(system: Value) -> Result<Option<Message>, DecodeError> {
     let parts = match system {
         Value::Null => return Ok(None),
+        // No system prompt said as nothing: no system message.
+        Value::String(s) if s.is_empty() => return Ok(None),
+        Value::Array(blocks) if blocks.is_empty() => return Ok(None),
         Value::String(s) => vec![ContentPart::Text(s)],
         Value::Array(blocks) => blocks
             .into_iter()
@@ -137,8 +141,10 @@ fn block_type(block: &Value) -> &str {
 }
 
 /// One Anthropic turn can become several neutral messages: each `tool_result` block is a
-/// tool message of its own, in order, around the user's text.
-fn turn(i: usize, value: Value, out: &mut Vec<Message>) -> Result<(), DecodeError> {
+/// tool message of its own, in order, around the user's text. As Anthropic's API, every
+/// turn must have content except a final assistant turn (an empty prefill), and a text
+/// block must hold text.
+fn turn(i: usize, value: Value, last: bool, out: &mut Vec<Message>) -> Result<(), DecodeError> {
     let at = format!("messages.{i}");
     let raw: RawMessage =
         serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("{at}: {e}")))?;
@@ -152,11 +158,20 @@ fn turn(i: usize, value: Value, out: &mut Vec<Message>) -> Result<(), DecodeErro
             ))
         }
     };
+    let may_be_empty = last && role == Role::Assistant;
+    let empty_content = || {
+        DecodeError::new(
+            format!("{at}.content"),
+            format!("{at}.content: must not be empty (every message needs content, except a final assistant message)"),
+        )
+    };
     let blocks = match raw.content {
+        Value::String(text) if text.is_empty() && !may_be_empty => return Err(empty_content()),
         Value::String(text) => {
             out.push(Message::text(role, text));
             return Ok(());
         }
+        Value::Array(blocks) if blocks.is_empty() && !may_be_empty => return Err(empty_content()),
         Value::Array(blocks) => blocks,
         // A missing `content` decodes as null.
         Value::Null => {
@@ -222,11 +237,17 @@ fn empty(role: Role) -> Message {
 }
 
 fn text_block(block: &Value, at: &str) -> Result<ContentPart, DecodeError> {
-    block
-        .get("text")
-        .and_then(Value::as_str)
-        .map(|t| ContentPart::Text(t.to_string()))
-        .ok_or_else(|| DecodeError::new(format!("{at}.text"), format!("{at}.text: field required")))
+    match block.get("text").and_then(Value::as_str) {
+        None => Err(DecodeError::new(
+            format!("{at}.text"),
+            format!("{at}.text: field required"),
+        )),
+        Some("") => Err(DecodeError::new(
+            format!("{at}.text"),
+            format!("{at}.text: text content blocks must be non-empty"),
+        )),
+        Some(text) => Ok(ContentPart::Text(text.to_string())),
+    }
 }
 
 /// Base64 sources become `data:` URLs; URL sources stay URLs.
@@ -385,6 +406,24 @@ mod tests {
         assert_eq!(req.max_tokens, Some(100), "max_tokens");
         assert_eq!(req.messages, vec![Message::text(Role::User, "hi")], "one user turn");
         assert!(req.include_usage, "usage is always reported in this dialect");
+    }
+
+    #[test]
+    fn a_final_assistant_turn_and_the_system_prompt_may_be_empty() {
+        for empty in [json!(""), json!([])] {
+            let v = with(
+                "messages",
+                json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": empty.clone()}]),
+            );
+            let req = decode(v).unwrap_or_else(|e| panic!("an empty prefill {empty}: {}", e.message));
+            assert_eq!(req.messages[0], Message::text(Role::User, "hi"), "{empty}");
+            let req = decode(with("system", empty.clone())).unwrap_or_else(|e| panic!("{empty}: {}", e.message));
+            assert_eq!(
+                req.messages,
+                vec![Message::text(Role::User, "hi")],
+                "an empty system prompt is none: {empty}"
+            );
+        }
     }
 
     #[test]
@@ -549,6 +588,35 @@ mod tests {
                 with("tool_choice", json!({"type": "tool", "name": "ghost"})),
                 "tool_choice.name",
             ),
+            (
+                with("messages", json!([{"role": "user", "content": []}])),
+                "messages.0.content",
+            ),
+            (
+                with("messages", json!([{"role": "user", "content": ""}])),
+                "messages.0.content",
+            ),
+            (
+                with(
+                    "messages",
+                    json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": []}, {"role": "user", "content": "again"}]),
+                ),
+                "messages.1.content",
+            ),
+            (
+                with(
+                    "messages",
+                    json!([{"role": "user", "content": [{"type": "text", "text": ""}]}]),
+                ),
+                "messages.0.content.0.text",
+            ),
+            (
+                with(
+                    "messages",
+                    json!([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": ""}]}]}]),
+                ),
+                "messages.0.content.0.content.0.text",
+            ),
         ];
         for (body, param) in cases {
             let e = decode(body.clone()).expect_err("must be rejected");
@@ -559,6 +627,12 @@ mod tests {
                 e.message
             );
         }
+        let e = decode(with("messages", json!([{"role": "user", "content": []}]))).expect_err("empty");
+        assert!(
+            e.message.contains("messages.0.content") && e.message.contains("must not be empty"),
+            "names the field: {}",
+            e.message
+        );
         let e = decode_request(b"{nope").expect_err("bad JSON");
         assert!(e.message.contains("not valid JSON"), "message: {}", e.message);
     }

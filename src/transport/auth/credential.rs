@@ -23,11 +23,28 @@ pub enum Presented<'a> {
     /// `?token=` carrying something that is not a token: API keys never ride in URLs, where
     /// proxies and browser histories keep them.
     KeyInUrl,
+    /// A credential header sent more than once: which key is meant is ambiguous, and a
+    /// check must never read one value while something else reads another.
+    Repeated(&'static str),
+}
+
+/// The headers that carry a credential; each may be sent once.
+const CREDENTIAL_HEADERS: [&str; 2] = ["authorization", "x-api-key"];
+
+/// The first of `names` that `headers` holds more than once.
+pub fn repeated(headers: &HeaderMap, names: &[&'static str]) -> Option<&'static str> {
+    names
+        .iter()
+        .find(|name| headers.get_all(**name).iter().nth(1).is_some())
+        .copied()
 }
 
 /// The request's credential: the headers first, then `query_token` (passed only by the
 /// endpoints browsers reach without headers: `GET /v1/stream` and the `GET /v1/ws` upgrade).
 pub fn presented<'a>(headers: &'a HeaderMap, query_token: Option<&'a str>) -> Presented<'a> {
+    if let Some(name) = repeated(headers, &CREDENTIAL_HEADERS) {
+        return Presented::Repeated(name);
+    }
     let from_header = match headers.get(header::AUTHORIZATION) {
         Some(v) => match v.to_str() {
             Ok(text) => bearer(text),
@@ -88,8 +105,12 @@ pub fn same_secret(given: &str, expected: &str) -> bool {
     sha256(given).ct_eq(&sha256(expected)).into()
 }
 
-/// The admin bearer token of a request (`Authorization: Bearer <token>`).
+/// The admin bearer token of a request (`Authorization: Bearer <token>`); none when the
+/// header is sent more than once.
 pub fn admin_bearer(headers: &HeaderMap) -> Option<&str> {
+    if repeated(headers, &["authorization"]).is_some() {
+        return None;
+    }
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -156,6 +177,22 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-api-key", HeaderValue::from_bytes(b"\xff\xfe").expect("opaque bytes"));
         assert_eq!(presented(&h, None), Presented::Unreadable, "not text");
+    }
+
+    #[test]
+    fn a_credential_header_sent_twice_is_refused_whatever_the_values() {
+        for name in CREDENTIAL_HEADERS {
+            for second in ["Bearer tc_abc", "Bearer tc_other"] {
+                let mut h = HeaderMap::new();
+                h.append(name, HeaderValue::from_static("Bearer tc_abc"));
+                h.append(name, HeaderValue::from_str(second).expect("value"));
+                assert_eq!(presented(&h, None), Presented::Repeated(name), "{name}: {second}");
+            }
+        }
+        let mut h = headers(&[("authorization", "Bearer admin")]);
+        assert_eq!(admin_bearer(&h), Some("admin"), "once");
+        h.append("authorization", HeaderValue::from_static("Bearer other"));
+        assert_eq!(admin_bearer(&h), None, "twice: no admin token");
     }
 
     #[test]

@@ -97,12 +97,17 @@ impl Access {
                 ))
             }
             Some(list) => {
+                // In the order, and with the answers, of a chat request for the model: a
+                // key's list refuses first (403), then a model that does not exist (404).
                 for m in &list {
-                    if !self.models.contains(m) {
-                        return Err(Refusal::UnknownModel(m.clone()));
-                    }
                     if !caller.may_use(m) {
                         return Err(Refusal::Model(m.clone()));
+                    }
+                    if !self.models.contains(m) {
+                        return Err(Refusal::UnknownModel {
+                            model: m.clone(),
+                            known: self.models.iter().cloned().collect(),
+                        });
                     }
                 }
                 Some(list)

@@ -29,8 +29,9 @@ pub enum Refusal {
     Tenant,
     #[error("this key may not use the model {0:?}")]
     Model(String),
-    #[error("the model {0:?} does not exist")]
-    UnknownModel(String),
+    /// Worded and answered (404) as a chat request for the model is.
+    #[error("unknown model {model:?}; known models: {}", known.join(", "))]
+    UnknownModel { model: String, known: Vec<String> },
     #[error("this key's {} limit ({per_minute} per minute) is reached; retry in {} ms", limit.as_str(), wait.as_millis())]
     RateLimited {
         limit: Limit,
@@ -47,6 +48,10 @@ pub enum Refusal {
     TokensOff(&'static str),
     #[error("{0}")]
     BadMint(String),
+    /// A credential header sent more than once (`Authorization`, `x-api-key`): refused as a
+    /// repeated `x-tailcut-*` header is.
+    #[error("{0} may be sent only once")]
+    Repeated(&'static str),
 }
 
 impl Refusal {
@@ -57,12 +62,18 @@ impl Refusal {
             }
             Refusal::Tenant | Refusal::Model(_) | Refusal::TokenMints | Refusal::TokensOff(_) => ErrorClass::Forbidden,
             Refusal::RateLimited { .. } | Refusal::Streams(_) => ErrorClass::RateLimited,
-            Refusal::TooLarge { .. } | Refusal::UnknownModel(_) | Refusal::BadMint(_) => ErrorClass::BadRequest,
+            Refusal::TooLarge { .. } | Refusal::UnknownModel { .. } | Refusal::BadMint(_) | Refusal::Repeated(_) => {
+                ErrorClass::BadRequest
+            }
         }
     }
 
     pub fn status(&self) -> u16 {
-        self.class().http_status()
+        match self {
+            // As OpenAI and Anthropic answer it, and tailcut's chat endpoints.
+            Refusal::UnknownModel { .. } => 404,
+            _ => self.class().http_status(),
+        }
     }
 
     /// The more specific code OpenAI clients read (`error.code`), and the metric label.
@@ -74,14 +85,14 @@ impl Refusal {
             Refusal::ExpiredToken => "token_expired",
             Refusal::Tenant => "tenant_forbidden",
             Refusal::Model(_) => "model_forbidden",
-            Refusal::UnknownModel(_) => "model_not_found",
+            Refusal::UnknownModel { .. } => "model_not_found",
             Refusal::RateLimited { limit: Limit::Rpm, .. } => "rpm_exceeded",
             Refusal::RateLimited { limit: Limit::Tpm, .. } => "tpm_exceeded",
             Refusal::TooLarge { .. } => "request_exceeds_tpm",
             Refusal::Streams(_) => "max_streams_exceeded",
             Refusal::TokenMints => "token_cannot_mint",
             Refusal::TokensOff(_) => "tokens_off",
-            Refusal::BadMint(_) => "bad_request",
+            Refusal::BadMint(_) | Refusal::Repeated(_) => "bad_request",
         }
     }
 
@@ -106,7 +117,8 @@ impl Refusal {
             message: self.to_string(),
             retry_after: self.retry_after(),
             param: match self {
-                Refusal::Model(_) | Refusal::UnknownModel(_) => Some("model".to_string()),
+                Refusal::Model(_) | Refusal::UnknownModel { .. } => Some("model".to_string()),
+                Refusal::Repeated(name) => Some((*name).to_string()),
                 _ => None,
             },
             code: Some(self.code()),
@@ -174,6 +186,15 @@ mod tests {
             ),
             (Refusal::Streams(2), 429, Some(Duration::from_secs(1))),
             (Refusal::TooLarge { cost: 9, tpm: 1 }, 400, None),
+            (Refusal::Repeated("authorization"), 400, None),
+            (
+                Refusal::UnknownModel {
+                    model: "gpt-9".into(),
+                    known: vec!["chat".into()],
+                },
+                404,
+                None,
+            ),
         ];
         for (refusal, status, wait) in cases {
             let reply = refusal.reply();

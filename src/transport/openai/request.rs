@@ -189,6 +189,15 @@ fn message(i: usize, value: Value) -> Result<Message, DecodeError> {
             format!("missing required parameter: '{at}.content' ({why})"),
         ));
     }
+    // An empty array says nothing (OpenAI refuses it the same way); an assistant message
+    // that calls tools needs no content.
+    if matches!(&raw.content, Some(Value::Array(parts)) if parts.is_empty()) && !(role == Role::Assistant && has_calls)
+    {
+        return Err(DecodeError::new(
+            format!("{at}.content"),
+            format!("invalid '{at}.content': empty array; expected a string or at least one content part"),
+        ));
+    }
     let content = content_parts(raw.content, &format!("{at}.content"))?;
     let tool_calls = match (role, raw.tool_calls) {
         (Role::Assistant, Some(calls)) => calls
@@ -430,6 +439,32 @@ mod tests {
             e.param.as_deref(),
             Some("messages[0].tool_call_id"),
             "param names the missing field"
+        );
+    }
+
+    #[test]
+    fn an_empty_content_array_is_rejected_with_its_path() {
+        let e = err_of(with("messages", json!([{"role": "user", "content": []}])));
+        assert_eq!(e.param.as_deref(), Some("messages[0].content"), "{}", e.message);
+        assert!(e.message.contains("empty array"), "says what is wrong: {}", e.message);
+        let e = err_of(with(
+            "messages",
+            json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": []}]),
+        ));
+        assert_eq!(e.param.as_deref(), Some("messages[1].content"), "{}", e.message);
+        let calls = with(
+            "messages",
+            json!([
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [], "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+            ]),
+        );
+        assert!(
+            decode(calls).is_ok(),
+            "an assistant message that calls tools needs no content"
         );
     }
 
