@@ -312,6 +312,16 @@ async fn recovery_time_is_measured_from_the_breaker_opening_to_the_routes_next_a
         sample(&page, "tailcut_recovery_seconds_sum", &[("route", "rc-a")]).is_some_and(|s| s > 0.0),
         "{page}"
     );
+    assert!(page.contains("# HELP tailcut_breaker_opened_total "), "{page}");
+    assert_eq!(
+        sample(
+            &page,
+            "tailcut_breaker_opened_total",
+            &[("route", "rc-a"), ("cause", "tripped")]
+        ),
+        Some(1.0),
+        "the opening is counted once, with its cause: {page}"
+    );
 }
 
 #[tokio::test]

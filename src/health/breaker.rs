@@ -273,6 +273,12 @@ impl Breaker {
         }
     }
 
+    /// Counts openings (trips, failed probes, drills): it changes exactly when the breaker
+    /// opens, so a caller can tell that the outcome it just reported opened it.
+    pub fn openings(&self) -> u64 {
+        self.epoch
+    }
+
     /// The cool-down the next opening will use (doubles on each failed probe).
     pub fn cooldown(&self) -> Duration {
         self.cooldown

@@ -101,7 +101,26 @@ impl RoutePermit {
         // A probe that brought no first token failed, whatever the class: a rate-limited or
         // misconfigured route is not back either (and must not be probed in a tight loop).
         if counts || self.kind == PermitKind::Probe {
+            let before = s.breaker.openings();
             s.breaker.on_failure(now, self.ticket);
+            if s.breaker.openings() != before {
+                // Logged once, here, where the opening is decided: what an operator most needs
+                // to see of a route, with why and for how long.
+                let cause = if self.kind == PermitKind::Probe {
+                    "probe_failed"
+                } else {
+                    "tripped"
+                };
+                tracing::warn!(
+                    route = %route.name,
+                    cause,
+                    class = class.metric_label(),
+                    reason = s.breaker.opened_reason().unwrap_or_default(),
+                    cooldown_ms = u64::try_from(s.breaker.cooldown().as_millis()).unwrap_or(u64::MAX),
+                    "breaker opened"
+                );
+                crate::telemetry::rotation::breaker_opened(&route.name, cause);
+            }
         } else {
             s.breaker.release(self.ticket);
         }

@@ -22,6 +22,9 @@ pub const UNROUTABLE_TOTAL: &str = "tailcut_unroutable_total";
 /// From a route's breaker opening (the earliest of one outage: a trip, a drill, a failed
 /// probe) to the route's first success after the breaker closed.
 pub const RECOVERY_SECONDS: &str = "tailcut_recovery_seconds";
+/// Breaker openings by route and cause (`tripped`: the failure count or rate; `probe_failed`:
+/// a half-open probe failed). Drills are counted by the drill itself.
+pub const BREAKER_OPENED_TOTAL: &str = "tailcut_breaker_opened_total";
 /// Cost of answers (`cost_per_1k` times the answer's tokens / 1000), in millionths of the
 /// currency unit (a counter counts integers), by serving route and outcome.
 pub const ANSWER_COST_TOTAL: &str = "tailcut_answer_cost_micros_total";
@@ -63,6 +66,10 @@ pub fn describe() {
         RECOVERY_SECONDS,
         Unit::Seconds,
         "Time from a route's breaker opening (a trip, a drill or a failed probe; the earliest of one outage) to the route's first success after it closed (a probe's or a request's)"
+    );
+    describe_counter!(
+        BREAKER_OPENED_TOTAL,
+        "Breaker openings by route and cause (tripped: consecutive failures or the error rate; probe_failed: a half-open probe failed)"
     );
     describe_counter!(
         ANSWER_COST_TOTAL,
@@ -133,6 +140,11 @@ pub fn is_outage(class: &str) -> bool {
     ]
     .iter()
     .any(|c| c.as_str() == class)
+}
+
+/// `route`'s breaker opened, for `cause` (`tripped` or `probe_failed`).
+pub fn breaker_opened(route: &str, cause: &'static str) {
+    metrics::counter!(BREAKER_OPENED_TOTAL, "route" => route.to_string(), "cause" => cause).increment(1);
 }
 
 /// `route` recovered: its breaker's earliest opening (a trip, a drill or a failed probe's
