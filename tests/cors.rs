@@ -91,6 +91,8 @@ async fn preflight_from_an_allowed_origin_is_answered_with_the_allow_headers() {
         methods.contains("POST") && methods.contains("GET"),
         "methods: {methods}"
     );
+    // A page stops a resumable stream with DELETE /v1/streams/{id}: its preflight passes.
+    assert!(methods.contains("DELETE"), "methods: {methods}");
     let allowed = header(&resp, "access-control-allow-headers")
         .unwrap_or_default()
         .to_string();

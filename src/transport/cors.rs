@@ -238,7 +238,8 @@ pub fn cors<S>(inner: S, origins: &Arc<Origins>) -> Cors<S> {
     Cors::new(inner)
         .allow_origin(AllowOrigin::predicate(allowed(origins)))
         .allow_private_network(AllowPrivateNetwork::predicate(allowed(origins)))
-        .allow_methods([Method::GET, Method::POST])
+        // DELETE: a page stops a resumable stream with `DELETE /v1/streams/{id}`.
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
         .allow_headers(AllowHeaders::list(allowed_headers().map(HeaderName::from_static)))
         .expose_headers(EXPOSED_HEADERS.map(HeaderName::from_static))
         .max_age(PREFLIGHT_MAX_AGE)
