@@ -50,7 +50,7 @@ impl RequestCtx {
             return Err(GatewayError::BadRequest(format!("{name} may be sent only once")));
         }
         let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-        if let Some(id) = get("x-request-id").filter(|s| !s.is_empty() && s.len() <= 128) {
+        if let Some(id) = get("x-request-id").and_then(crate::types::usable_request_id) {
             ctx.request_id = id.to_string();
         }
         if let Some(v) = get("x-tailcut-hedge") {

@@ -279,6 +279,16 @@ async fn unknown_paths_and_wrong_methods_get_json_in_the_dialect_with_a_request_
     let json: Value = resp.json().await.expect("JSON");
     assert_eq!(json["error"]["code"], "not_found", "OpenAI shape: {json}");
 
+    // An id a client's parser or a log reader would trip on is replaced by a fresh one.
+    let odd = client()
+        .get(server.url("/nope"))
+        .header("x-request-id", "abc def")
+        .send()
+        .await
+        .expect("sent");
+    let id = odd.headers()["x-request-id"].to_str().unwrap_or_default().to_string();
+    assert!(id.starts_with("req_") && !id.contains(' '), "a fresh id: {id}");
+
     let resp = get("/v1/messages").await.expect("sent");
     assert_eq!(resp.status(), 405, "GET on a POST route");
     assert!(resp.headers().contains_key("allow"), "the allow header is kept");

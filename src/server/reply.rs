@@ -101,8 +101,7 @@ pub fn client_request_id(headers: &HeaderMap) -> Option<&str> {
     headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty() && s.len() <= 128)
+        .and_then(crate::types::usable_request_id)
 }
 
 /// `refusal` as JSON in `dialect`, with `x-request-id` (and `connection: close` where the

@@ -74,6 +74,38 @@ impl RequestCtx {
     }
 }
 
+/// The longest client `x-request-id` taken.
+pub const MAX_CLIENT_REQUEST_ID: usize = 128;
+
+/// A client's `x-request-id` when it is usable as ours (trimmed, 1 to
+/// `MAX_CLIENT_REQUEST_ID` characters of ASCII letters, digits and `-_.:`): it goes into
+/// response ids (`chatcmpl-…`, `msg_…`), headers and logs, where a space, a quote or a
+/// control character would surprise a client's parser or a log reader. Anything else gets a
+/// fresh id.
+pub fn usable_request_id(value: &str) -> Option<&str> {
+    let id = value.trim();
+    let fits = !id.is_empty()
+        && id.len() <= MAX_CLIENT_REQUEST_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    fits.then_some(id)
+}
+
 fn new_request_id() -> String {
     format!("req_{}", uuid::Uuid::new_v4().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_client_request_ids_are_taken() {
+        assert_eq!(usable_request_id(" abc-1_2.3:4 "), Some("abc-1_2.3:4"), "trimmed");
+        for bad in ["", "   ", "abc def", "a\"b", "a<b>", "é", &"x".repeat(129)] {
+            assert_eq!(usable_request_id(bad), None, "{bad:?}");
+        }
+        assert!(usable_request_id(&"x".repeat(128)).is_some(), "128 characters fit");
+    }
 }

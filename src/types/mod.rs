@@ -12,7 +12,7 @@ mod prefill;
 mod request;
 mod state_hash;
 
-pub use ctx::{Dialect, Priority, RequestCtx};
+pub use ctx::{usable_request_id, Dialect, Priority, RequestCtx, MAX_CLIENT_REQUEST_ID};
 pub use envelope::{Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level, RepairInfo, RouteChange, SwitchLayer};
 pub use envelope::{HistoryInfo, TurnRange};
 pub use error_class::{Blame, ErrorClass};
