@@ -1,7 +1,9 @@
 //! What a request's schemas (its tools' parameters and a `json_schema` response format) may
 //! cost to compile, and that they compile: at most [`MAX_TOOLS`] tools and
-//! [`MAX_SCHEMA_PATTERNS`] regular expressions across all the schemas, each a valid JSON
-//! Schema, else a 400 naming the limit or the schema.
+//! [`MAX_SCHEMA_PATTERNS`] regular expressions and `MAX_SCHEMA_NODES` schema nodes with their
+//! references followed (`transport::schema_size`) across all the schemas, each a valid JSON
+//! Schema whose patterns compile within `mux::tool_calls::PATTERN_SIZE_LIMIT`, else a 400 naming the limit or
+//! the schema.
 //!
 //! The mux compiles the request's schemas once more, for all its attempts (the tool-call
 //! assembler checks finished calls against them), on the runtime's worker threads. A plain schema compiles in
@@ -14,6 +16,7 @@
 use serde_json::Value;
 
 use super::error::DecodeError;
+use super::schema_size::{expanded_nodes, TooBig, MAX_SCHEMA_NODES};
 use crate::mux::tool_calls::compile_problem;
 use crate::types::{ChatRequest, ResponseFormat};
 
@@ -67,6 +70,47 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
                 ),
             )
             .with_code("max_schema_patterns_exceeded"));
+        }
+    }
+    // What compiling costs, references followed (`schema_size`), before anything compiles.
+    let mut left = MAX_SCHEMA_NODES;
+    let schemas = req
+        .tools
+        .iter()
+        .enumerate()
+        .filter(|(_, tool)| !tool.parameters.is_null())
+        .map(|(i, tool)| {
+            let what = format!("tool {:?}: its parameters", tool.name);
+            (format!("tools[{i}]"), what, &tool.parameters, "invalid_tool_schema")
+        })
+        .chain(format.map(|schema| {
+            let what = "the json_schema".to_string();
+            ("response_format".to_string(), what, schema, "invalid_response_schema")
+        }));
+    for (param, what, schema, invalid) in schemas {
+        match expanded_nodes(schema, left) {
+            Ok(nodes) => left -= nodes,
+            Err(TooBig::Unresolved(reference)) => {
+                return Err(DecodeError::new(
+                    param,
+                    format!(
+                        "{what}: the reference {reference:?} cannot be resolved: only references \
+                         within the schema are (`#`, `#/json/pointer`, `#anchor`, an `$id` it gives)"
+                    ),
+                )
+                .with_code(invalid));
+            }
+            Err(TooBig::Nodes | TooBig::Depth) => {
+                return Err(DecodeError::new(
+                    param,
+                    format!(
+                        "{what}: the schemas are too large once their references are followed: at \
+                         most {MAX_SCHEMA_NODES} schema nodes per request, tools and response format \
+                         together"
+                    ),
+                )
+                .with_code("schema_too_complex"));
+            }
         }
     }
     // A schema that does not compile cannot judge an answer: every answer checked against it
@@ -166,6 +210,43 @@ mod tests {
             "five pattern strings and two patternProperties keys"
         );
         assert_eq!(count_patterns(&json!({"type": "object"})), 0, "none in a plain schema");
+    }
+
+    #[test]
+    fn schemas_that_are_huge_once_references_are_followed_are_refused_before_compiling() {
+        // 2^20 nodes inlined from a body of about 1.5 KB.
+        let mut defs = serde_json::Map::new();
+        for level in 0..20 {
+            let next = format!("#/$defs/l{}", level + 1);
+            defs.insert(
+                format!("l{level}"),
+                json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}),
+            );
+        }
+        defs.insert("l20".into(), json!({"type": "string"}));
+        let doubling = json!({"$defs": defs, "$ref": "#/$defs/l0"});
+        let err = check(&request(vec![tool("deep", doubling)])).expect_err("refused");
+        assert_eq!(err.code, Some("schema_too_complex"), "{}", err.message);
+        assert_eq!(err.param.as_deref(), Some("tools[0]"));
+        // The budget is for the request: many tools of a modest size add up.
+        let modest = json!({"type": "object", "properties": {"x": {"enum": (0..500).collect::<Vec<_>>()}}});
+        let many: Vec<ToolSpec> = (0..60).map(|i| tool(&format!("t{i}"), modest.clone())).collect();
+        let err = check(&request(many)).expect_err("30,000 nodes in all");
+        assert_eq!(err.code, Some("schema_too_complex"));
+        let few: Vec<ToolSpec> = (0..10).map(|i| tool(&format!("t{i}"), modest.clone())).collect();
+        assert!(check(&request(few)).is_ok(), "5,000 nodes fit");
+    }
+
+    #[test]
+    fn a_pattern_that_compiles_to_megabytes_is_refused() {
+        let heavy = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "\\w{2000}\\d{2000}"}}});
+        let err = check(&request(vec![tool("heavy", heavy)])).expect_err("over the pattern size limit");
+        assert_eq!(err.code, Some("invalid_tool_schema"), "{}", err.message);
+        let plain = json!({"type": "object", "properties": {"d": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}}});
+        assert!(
+            check(&request(vec![tool("date", plain)])).is_ok(),
+            "an ordinary pattern compiles"
+        );
     }
 
     #[test]

@@ -7,6 +7,32 @@ use std::collections::HashMap;
 use jsonschema::Validator;
 use serde_json::Value;
 
+/// The most a compiled `pattern` may take (the regex crate's own default is 10 MiB): a
+/// client's `\w{2000}` compiles to megabytes, and 32 of them held a worker for seconds and
+/// hundreds of MiB. Real schemas' patterns (dates, identifiers, enums) take a few KiB.
+pub const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
+
+/// The lazy DFA's cache per pattern, bounding what matching one may allocate.
+const PATTERN_DFA_LIMIT: usize = 256 * 1024;
+
+/// Backtracking steps per match for the patterns that need backtracking (look-arounds,
+/// back-references; the crate's default is 1,000,000).
+const PATTERN_BACKTRACK_LIMIT: usize = 100_000;
+
+/// Compiles a client's schema with the pattern limits above: every schema tailcut checks an
+/// answer against is compiled here. The error is what the crate says, as text.
+pub fn validator(schema: &Value) -> Result<Validator, String> {
+    jsonschema::options()
+        .with_pattern_options(
+            jsonschema::PatternOptions::fancy_regex()
+                .size_limit(PATTERN_SIZE_LIMIT)
+                .dfa_size_limit(PATTERN_DFA_LIMIT)
+                .backtrack_limit(PATTERN_BACKTRACK_LIMIT),
+        )
+        .build(schema)
+        .map_err(|err| err.to_string())
+}
+
 /// Validation messages are cut to this many bytes: they may quote the arguments.
 pub(super) const MAX_MESSAGE_BYTES: usize = 300;
 
@@ -53,7 +79,7 @@ impl Schema {
         if parameters.is_null() {
             return Schema::AnyObject;
         }
-        match jsonschema::validator_for(parameters) {
+        match validator(parameters) {
             Ok(validator) => Schema::Checked(validator),
             Err(err) => {
                 tracing::debug!(tool, error = %err, "tool schema does not compile; arguments checked as any JSON object");
@@ -74,7 +100,7 @@ impl Schema {
 /// Why `schema` does not compile as a JSON Schema (remote `$ref`s are never fetched, so one
 /// does not compile), cut short since the message may quote the schema; `None` when it does.
 pub fn compile_problem(schema: &Value) -> Option<String> {
-    jsonschema::validator_for(schema).err().map(|err| clip(err.to_string()))
+    validator(schema).err().map(clip)
 }
 
 /// Parses a finished call's concatenated arguments: a JSON object, with blank meaning `{}`.

@@ -67,7 +67,7 @@ impl StructuredGate {
         let expect = match req.response_format.as_ref()? {
             ResponseFormat::Text => return None,
             ResponseFormat::JsonObject => Expect::Object,
-            ResponseFormat::JsonSchema { schema, .. } => Expect::Schema(jsonschema::validator_for(schema).ok()),
+            ResponseFormat::JsonSchema { schema, .. } => Expect::Schema(super::schema::validator(schema).ok()),
         };
         Some(StructuredGate {
             expect: Arc::new(expect),
