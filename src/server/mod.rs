@@ -4,7 +4,11 @@
 //! 1. the accept loop (`serve`): a cap on open connections (`max_connections`; beyond it new
 //!    connections wait in the kernel backlog), `TCP_NODELAY`;
 //! 2. the connection (`conn`): a socket write timeout (`client_write_timeout_ms`: a client
-//!    that takes no byte for that long is dropped) and a watchdog counting from accept
+//!    that takes no byte for that long is dropped), HTTP/1 half-close (a client that shuts
+//!    its write side after its request gets its answer; one that closed entirely is found
+//!    when a write to it fails, so an abandoned answer's upstream runs until its next bytes
+//!    are written: its next event or keep-alive when streaming, its end otherwise) and a
+//!    watchdog counting from accept
 //!    (`header_read_timeout_ms` until the first request, `idle_timeout_ms` with none in
 //!    flight after it); its first bytes are sniffed for the HTTP/2 preface (`sniff`) and each
 //!    request head is copied out of hyper's read buffer (`head`), so an HTTP/1 connection
@@ -148,7 +152,12 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
         .timer(TokioTimer::new())
         .header_read_timeout(server.header_read_timeout)
         .max_buf_size(server.max_header_bytes.max(8192))
-        .max_headers(server.max_headers);
+        .max_headers(server.max_headers)
+        // A client (or a proxy before it) that shuts its write side after the request still
+        // gets its answer. Without this, hyper took the end of the stream for a client gone
+        // and dropped the request. A client that closed entirely is found by the first
+        // write that fails (layer 2 in the module doc).
+        .half_close(true);
     builder
         .http2()
         .timer(TokioTimer::new())
