@@ -114,6 +114,7 @@ pub async fn upgrade(
 ///
 /// A plain fn returning an `async move` block that uses its captures in place: an `async fn`
 /// moves each argument into a local of its own, which holds the socket's room twice.
+#[allow(clippy::manual_async_fn)]
 fn serve<F>(
     mut socket: WebSocket,
     mut session: Box<Session<F>>,
