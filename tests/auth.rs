@@ -592,6 +592,37 @@ async fn a_token_rides_in_the_url_of_an_event_source_and_a_websocket_but_a_key_n
 }
 
 #[tokio::test]
+async fn a_websocket_refuses_an_invalid_url_token_even_beside_a_valid_header_key() {
+    let server = start(&config("", "")).await;
+    let (_, minted) = mint(&server, &bearer(KEY), json!({})).await;
+    let token = minted["token"].as_str().expect("token");
+    let key = bearer(KEY);
+    for (forged, what) in [
+        ("tct_forged.signature", "a token this server never signed"),
+        (KEY, "a key in the URL"),
+    ] {
+        assert_eq!(
+            ws_open(&server, &format!("/v1/ws?token={forged}"), &[("authorization", &key)])
+                .await
+                .err(),
+            Some(401),
+            "{what} beside a valid Authorization key"
+        );
+        assert_eq!(
+            ws_open(&server, &format!("/v1/ws?token={forged}"), &[("x-api-key", KEY)])
+                .await
+                .err(),
+            Some(401),
+            "{what} beside a valid x-api-key"
+        );
+    }
+    let mut ws = ws_open(&server, &format!("/v1/ws?token={token}"), &[("authorization", &key)])
+        .await
+        .expect("a valid key and a valid token");
+    assert_eq!(ws_outcome(&mut ws, "r1", "chat").await["type"], "done", "served");
+}
+
+#[tokio::test]
 async fn a_token_cannot_mint_tokens() {
     let server = start(&config("", "")).await;
     let (_, minted) = mint(&server, &bearer(KEY), json!({})).await;

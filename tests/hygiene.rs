@@ -1,7 +1,8 @@
 //! Connection hygiene against hostile and unlucky clients, on paused time over real sockets:
 //! connections that send nothing (or only part of a request line or HTTP/2 preface), idle
-//! keep-alive connections, bodies that trickle or stall, oversized bodies, clients that stop
-//! reading, batch floods at the stream gate, and the edge's JSON refusals.
+//! keep-alive connections, clients that close before their first token, bodies that trickle
+//! or stall, oversized bodies, clients that stop reading, batch floods at the stream gate, and
+//! the edge's JSON refusals.
 
 mod support;
 
@@ -151,6 +152,29 @@ async fn a_keep_alive_connection_idle_between_requests_is_closed_at_the_idle_tim
         Duration::from_secs(3),
         "at idle_timeout_ms after the answer, not the 60 s header timeout"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_closes_before_the_first_token_closes_its_upstream_at_once() {
+    // Nothing is written before the first token, so only reading the end of the client's
+    // stream finds it gone (HTTP/1 half-close stays off for this).
+    let late = "[sim.scenarios.late]\nttft = { median_ms = 600000.0, sigma = 0.0 }\ninter_token_ms = 1.0\n";
+    let server = start(&config_toml(&[("a", "openai", "late")], late)).await;
+    let body = serde_json::json!({"model": "chat", "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+        .to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let conn = connect_and_send(server.addr, request.as_bytes());
+    wait_for_count(&server, "the request reached the upstream", 1, |_| true).await;
+    drop(conn);
+    wait_for_log(
+        &server,
+        "the upstream closed within 5 s, long before its first token",
+        |log| log.iter().any(|r| r.end == Some(SimEnd::ClientClosed)),
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -7,7 +7,8 @@
 //! finished; a failed or cancelled answer leaves the history as it was, so the client can
 //! send the turn again. The latest system messages sent stand for the whole session.
 //!
-//! Bounds: [`MAX_SESSIONS`] sessions a socket, [`MAX_TURNS`] turns and [`MAX_BYTES`] bytes a
+//! Bounds: [`MAX_SESSIONS`] sessions a socket (one that has kept no turn and has none in
+//! flight holds no place), [`MAX_TURNS`] turns and [`MAX_BYTES`] bytes a
 //! session (the oldest turns go first; an answer alone over the byte limit is not kept).
 //! Past the context window, the oldest kept turns are left out of the request (not
 //! forgotten), by the same four-bytes-a-token estimate as the router's for unknown
@@ -60,6 +61,11 @@ impl Histories {
             )));
         }
         if !self.sessions.contains_key(session) && self.sessions.len() >= MAX_SESSIONS {
+            // A session that has kept nothing and has no answer in flight (its requests all
+            // failed or were cancelled) holds no place.
+            self.sessions.retain(|_, h| !h.lock().is_vacant());
+        }
+        if !self.sessions.contains_key(session) && self.sessions.len() >= MAX_SESSIONS {
             return Err(ErrorReply::bad_request(format!(
                 "at most {MAX_SESSIONS} sessions per connection keep a history"
             )));
@@ -103,6 +109,12 @@ struct Turn {
 }
 
 impl History {
+    /// Nothing kept and nothing in flight: forgetting it loses nothing but its system
+    /// messages, which the client sends again with the turn it sends again.
+    fn is_vacant(&self) -> bool {
+        !self.in_flight && self.next == 0
+    }
+
     fn project(
         &mut self,
         session: &str,
@@ -510,14 +522,14 @@ mod tests {
         );
     }
 
-    #[test]
-    fn sessions_per_socket_and_ids_are_bounded() {
+    #[tokio::test]
+    async fn sessions_per_socket_and_ids_are_bounded() {
         let mut h = Histories::default();
         for i in 0..MAX_SESSIONS {
             let (_, keeper) = h
                 .project(&format!("s{i}"), &mut req(vec![user("q")]), None)
                 .expect("room");
-            drop(keeper);
+            let _: Vec<_> = keeper.watch(answered("a")).collect().await;
         }
         assert!(h.project("one-more", &mut req(vec![user("q")]), None).is_err());
         assert!(
@@ -526,5 +538,33 @@ mod tests {
         );
         assert!(h.project("", &mut req(vec![]), None).is_err());
         assert!(h.project(&"x".repeat(129), &mut req(vec![]), None).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_session_that_kept_nothing_frees_its_place() {
+        let mut h = Histories::default();
+        let (_, streaming) = h.project("busy", &mut req(vec![user("q")]), None).expect("room");
+        for i in 1..MAX_SESSIONS {
+            let (_, keeper) = h
+                .project(&format!("failed{i}"), &mut req(vec![user("q")]), None)
+                .expect("room");
+            let failed: EventStream = Box::pin(stream::iter(vec![StreamEvent::TextDelta("par".into())]));
+            let _: Vec<_> = keeper.watch(failed).collect().await;
+        }
+        let (_, fresh) = h
+            .project("fresh", &mut req(vec![user("q")]), None)
+            .expect("the failed sessions hold no place");
+        drop(fresh);
+        for i in 0..(MAX_SESSIONS - 1) {
+            let (_, keeper) = h
+                .project(&format!("kept{i}"), &mut req(vec![user("q")]), None)
+                .expect("room");
+            let _: Vec<_> = keeper.watch(answered("a")).collect().await;
+        }
+        assert!(
+            h.project("one-more", &mut req(vec![user("q")]), None).is_err(),
+            "a session with an answer in flight, and sessions with kept turns, hold theirs"
+        );
+        drop(streaming);
     }
 }

@@ -1,5 +1,5 @@
 //! One WebSocket's session: a single loop that reads client frames, reads every open
-//! request's stream, and pings the client, writing through a bounded queue.
+//! request's stream, pings the client, and writes to the socket itself (`outbox`).
 //!
 //! Each request is registered in the stream registry, whose task drives the answer; the
 //! session only holds a reader per request, so a request outlives its socket (it is
@@ -7,12 +7,14 @@
 //! `resume` of a stream another instance runs (`[state] redis_url`) is looked up and read
 //! in Redis as one more of the socket's requests (see `streams`), never awaited here.
 //!
-//! Backpressure instead of buffering: the loop takes one slot of the outgoing queue before
-//! it handles anything (a frame, an event, a ping), and every step sends at most one
-//! message. A client that writes a burst is read at the pace it reads its answers, and
-//! what exceeds its limits is answered with `overloaded` errors, one per refused frame. A
-//! client whose queue stays full for two ping intervals does not read: it is closed with
-//! 1013. A reader that falls behind the replay buffer gets `resume_gap` for that request.
+//! Backpressure instead of buffering: the loop makes sure one more outgoing message may
+//! wait (`server.ws_send_queue` of them at most, behind what the socket has taken) before it
+//! handles anything (a frame, an event, a ping), and every step sends at most one message.
+//! A client that writes a burst is read at the pace it reads its answers, and what exceeds
+//! its limits is answered with `overloaded` errors, one per refused frame. A client whose
+//! outgoing messages stay at that limit for two ping intervals does not read: it is closed
+//! with 1013. A reader that falls behind the replay buffer gets `resume_gap` for that
+//! request.
 //!
 //! A `chat` that names a `session` carries only its new turn: the session's history (see
 //! `history`) is projected in before it, and its answer is kept for the next turn.
@@ -21,13 +23,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::poll_fn;
+use std::task::{Context, Poll};
+
 use axum::extract::ws::{close_code, CloseFrame, Message};
-use futures::{Stream, StreamExt};
-use tokio::sync::mpsc;
-use tokio::sync::mpsc::OwnedPermit;
-use tokio::time::{interval_at, timeout, Instant, MissedTickBehavior};
+use futures::{Sink, Stream, StreamExt};
+use tokio::time::{interval_at, timeout, Instant, Interval, MissedTickBehavior};
 
 use super::history::Histories;
+use super::outbox::Outbox;
 use super::protocol::{self, ClientMessage};
 use super::render::sequenced;
 use super::streams::{ahead, refusal, Cancel, Item, RequestStreams};
@@ -49,8 +53,26 @@ const MIN_PING_INTERVAL: Duration = Duration::from_millis(100);
 /// What to do after handling one input.
 enum Step {
     Continue,
+    Send(Message),
     /// End the session, telling the client why when there is a reason to give.
     End(Option<CloseFrame>),
+}
+
+/// How a session ended.
+#[derive(Debug)]
+pub enum End {
+    /// The socket failed: the client is gone, there is nobody to tell.
+    Gone,
+    /// Close the socket, with this frame if there is a reason to give.
+    Close(Option<CloseFrame>),
+}
+
+/// The next thing the loop handles.
+enum Input {
+    Frame(Option<Result<Message, axum::Error>>),
+    Item(String, String, Item),
+    Tick,
+    Gone,
 }
 
 /// A route's context window, for projecting a session's history (tokens).
@@ -70,9 +92,6 @@ impl RouteWindow {
         self.window.saturating_sub(u64::from(reserve))
     }
 }
-
-/// One slot in the outgoing queue, taken before a step.
-type Slot = OwnedPermit<Message>;
 
 /// Where a request gets its place at the server's stream gate: for its final priority, or
 /// the refusal (busy, draining) it is answered with.
@@ -97,9 +116,10 @@ pub struct Session<F> {
     streams: RequestStreams,
     slots: Slots,
     registry: Arc<Registry>,
-    out: mpsc::Sender<Message>,
     max_requests: usize,
     missed_pongs: u32,
+    /// Which input is looked at first, turning each time, so that none starves the others.
+    turn: u8,
     histories: Histories,
     /// Per client-facing model, its routes' context windows.
     windows: Arc<HashMap<String, Vec<RouteWindow>>>,
@@ -109,16 +129,16 @@ impl<F> Session<F>
 where
     F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
 {
-    pub fn new(chat: F, base: RequestCtx, slots: Slots, registry: Arc<Registry>, out: mpsc::Sender<Message>) -> Self {
+    pub fn new(chat: F, base: RequestCtx, slots: Slots, registry: Arc<Registry>) -> Self {
         Session {
             chat,
             base,
             streams: RequestStreams::default(),
             slots,
             registry,
-            out,
             max_requests: MAX_REQUESTS_PER_SOCKET,
             missed_pongs: 0,
+            turn: 0,
             histories: Histories::default(),
             windows: Arc::default(),
         }
@@ -130,43 +150,81 @@ where
         self
     }
 
-    /// Runs until the client goes away or the session must close; returns the close frame
-    /// to send, if any. Returning detaches every open request (see `detached_cancel_ms`).
-    pub async fn run<S>(mut self, mut incoming: S, ping_every: Duration) -> Option<CloseFrame>
+    /// Runs on `socket` until the client goes away or the session must close, at most
+    /// `queue` outgoing messages waiting for a client that is behind. Dropping the session
+    /// then detaches every open request (see `detached_cancel_ms`); the caller sends the
+    /// close frame.
+    pub async fn run<S>(&mut self, socket: &mut S, ping_every: Duration, queue: usize) -> End
     where
-        S: Stream<Item = Result<Message, axum::Error>> + Unpin,
+        S: Stream<Item = Result<Message, axum::Error>> + Sink<Message, Error = axum::Error> + Unpin,
     {
         // A zero interval from configuration would panic the timer.
         let ping_every = ping_every.max(MIN_PING_INTERVAL);
         let stalled = ping_every * MAX_MISSED_PONGS;
         let mut ping = interval_at(Instant::now() + ping_every, ping_every);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut outbox = Outbox::new(queue);
         loop {
-            let slot = match timeout(stalled, self.out.clone().reserve_owned()).await {
-                Ok(Ok(slot)) => slot,
-                // The writer is gone: so is the client.
-                Ok(Err(_)) => return None,
-                Err(_) => return Some(close(close_code::AGAIN, "client too slow")),
+            if !outbox.has_room() {
+                match timeout(stalled, poll_fn(|cx| outbox.poll_room(socket, cx))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return End::Gone,
+                    Err(_) => return End::Close(Some(close(close_code::AGAIN, "client too slow"))),
+                }
+            }
+            let step = match poll_fn(|cx| self.poll_input(socket, &mut outbox, &mut ping, cx)).await {
+                Input::Frame(frame) => self.on_frame(frame),
+                Input::Item(id, request_id, item) => self.on_item(&id, &request_id, item),
+                Input::Tick => self.on_ping_tick(),
+                Input::Gone => return End::Gone,
             };
-            let step = tokio::select! {
-                frame = incoming.next() => self.on_frame(frame, slot),
-                (id, request_id, item) = self.streams.next() => self.on_item(&id, &request_id, item, slot),
-                _ = ping.tick() => self.on_ping_tick(slot),
-            };
-            if let Step::End(close) = step {
-                return close;
+            match step {
+                Step::Continue => {}
+                Step::Send(message) => outbox.push(message),
+                Step::End(close) => return End::Close(close),
             }
         }
     }
 
-    fn on_frame(&mut self, frame: Option<Result<Message, axum::Error>>, slot: Slot) -> Step {
+    /// Writes what waits, then takes the first input ready: a client frame, an item of an
+    /// open request, or the ping tick, starting from a different one each time.
+    fn poll_input<S>(
+        &mut self,
+        socket: &mut S,
+        outbox: &mut Outbox,
+        ping: &mut Interval,
+        cx: &mut Context<'_>,
+    ) -> Poll<Input>
+    where
+        S: Stream<Item = Result<Message, axum::Error>> + Sink<Message, Error = axum::Error> + Unpin,
+    {
+        if let Poll::Ready(Err(_)) = outbox.poll_write(socket, cx) {
+            return Poll::Ready(Input::Gone);
+        }
+        self.turn = (self.turn + 1) % 3;
+        for k in 0..3 {
+            let ready = match (self.turn + k) % 3 {
+                0 => socket.poll_next_unpin(cx).map(Input::Frame),
+                1 => self
+                    .streams
+                    .poll_next(cx)
+                    .map(|(id, request_id, item)| Input::Item(id, request_id, item)),
+                _ => ping.poll_tick(cx).map(|_| Input::Tick),
+            };
+            if ready.is_ready() {
+                return ready;
+            }
+        }
+        Poll::Pending
+    }
+
+    fn on_frame(&mut self, frame: Option<Result<Message, axum::Error>>) -> Step {
         match frame {
             None | Some(Ok(Message::Close(_))) => Step::End(None),
             Some(Err(ref e)) if is_too_big(e) => Step::End(Some(close(close_code::SIZE, "message too big"))),
             Some(Err(_)) => Step::End(None),
-            Some(Ok(Message::Text(text))) => self.on_text(text.as_str(), slot),
+            Some(Ok(Message::Text(text))) => self.on_text(text.as_str()),
             Some(Ok(Message::Binary(_))) => send_error(
-                slot,
                 None,
                 ErrorReply::bad_request("binary frames are not supported; send JSON text frames"),
             ),
@@ -179,16 +237,16 @@ where
         }
     }
 
-    fn on_text(&mut self, text: &str, slot: Slot) -> Step {
+    fn on_text(&mut self, text: &str) -> Step {
         match protocol::parse(text) {
             Ok(ClientMessage::Chat {
                 id,
                 request,
                 options,
                 session,
-            }) => self.start(id, request, options, session, slot),
+            }) => self.start(id, request, options, session),
             Ok(ClientMessage::Cancel { id }) => match self.streams.cancel(&id) {
-                Cancel::Stopped => send(slot, &ServerMessage::Cancelled { id }),
+                Cancel::Stopped => send(&ServerMessage::Cancelled { id }),
                 // A stream run elsewhere: the answer comes once its owner is told.
                 Cancel::Pending => Step::Continue,
                 // Cancelling an id that already finished is not an error: the two crossed.
@@ -199,8 +257,8 @@ where
                 stream,
                 token,
                 after,
-            }) => self.resume(id, stream, token, after, slot),
-            Err(e) => send_error(slot, e.id, ErrorReply::bad_request(e.message)),
+            }) => self.resume(id, stream, token, after),
+            Err(e) => send_error(e.id, ErrorReply::bad_request(e.message)),
         }
     }
 
@@ -226,15 +284,14 @@ where
         request: serde_json::Value,
         mut options: ChatOptions,
         session: Option<String>,
-        slot: Slot,
     ) -> Step {
         if let Some(reply) = self.refuse_open(&id) {
-            return send_error(slot, Some(id), reply);
+            return send_error(Some(id), reply);
         }
         let mut req = match decode_value(request).and_then(|req| crate::transport::tool_cost::check(&req).map(|()| req))
         {
             Ok(req) => req,
-            Err(e) => return send_error(slot, Some(id), e.into()),
+            Err(e) => return send_error(Some(id), e.into()),
         };
         req.stream = true;
         req.include_usage = true;
@@ -247,14 +304,14 @@ where
             options.session.clone_from(&session);
         }
         if let Err(e) = options.apply(&mut ctx) {
-            return send_error(slot, Some(id), e.into());
+            return send_error(Some(id), e.into());
         }
         if self.registry.is_full() {
-            return send_error(slot, Some(id), ErrorReply::busy());
+            return send_error(Some(id), ErrorReply::busy());
         }
         let permit = match (self.slots)(&ctx) {
             Ok(permit) => permit,
-            Err(refused) => return send_error(slot, Some(id), refused),
+            Err(refused) => return send_error(Some(id), refused),
         };
         let keeper = match &session {
             Some(session) => {
@@ -264,7 +321,7 @@ where
                     .and_then(|routes| routes.iter().map(|r| r.prompt_budget(req.max_tokens)).max());
                 match self.histories.project(session, &mut req, window) {
                     Ok((_, keeper)) => Some(keeper),
-                    Err(refused) => return send_error(slot, Some(id), refused),
+                    Err(refused) => return send_error(Some(id), refused),
                 }
             }
             None => None,
@@ -275,20 +332,20 @@ where
                 Some(keeper) => keeper.watch(events),
                 None => events,
             },
-            Err(e) => return send(slot, &ServerMessage::from_gateway(Some(id), &e)),
+            Err(e) => return send(&ServerMessage::from_gateway(Some(id), &e)),
         };
         match self.registry.open(events, request_id, permit) {
-            Ok(stream) => self.attach(id, &stream, 0, slot),
-            Err(_) => send_error(slot, Some(id), ErrorReply::busy()),
+            Ok(stream) => self.attach(id, &stream, 0),
+            Err(_) => send_error(Some(id), ErrorReply::busy()),
         }
     }
 
     /// Resumes a stream held here at once; one another instance runs (`[state] redis_url`)
     /// is looked up in Redis as a request of its own, answered when the lookup is, so the
     /// loop goes on serving meanwhile.
-    fn resume(&mut self, id: String, stream_id: String, token: String, after: u64, slot: Slot) -> Step {
+    fn resume(&mut self, id: String, stream_id: String, token: String, after: u64) -> Step {
         if let Some(reply) = self.refuse_open(&id) {
-            return send_error(slot, Some(id), reply);
+            return send_error(Some(id), reply);
         }
         let stream = match (self.registry.find(&stream_id, Some(&token)), self.registry.remote()) {
             (Ok(stream), _) => stream,
@@ -297,54 +354,49 @@ where
                     .insert_remote(id, Arc::clone(shared), stream_id, token, after);
                 return Step::Continue;
             }
-            (Err(refused), _) => return send(slot, &refusal(Some(id), refused)),
+            (Err(refused), _) => return send(&refusal(Some(id), refused)),
         };
         match stream.replay.check_resume(after) {
-            Resume::Ok | Resume::Finished => self.attach(id, &stream, after, slot),
-            Resume::Gap { first } => send(slot, &gap_error(Some(id), first)),
-            Resume::Ahead { last } => send(slot, &ahead(Some(id), after, last)),
+            Resume::Ok | Resume::Finished => self.attach(id, &stream, after),
+            Resume::Gap { first } => send(&gap_error(Some(id), first)),
+            Resume::Ahead { last } => send(&ahead(Some(id), after, last)),
         }
     }
 
     /// Reads `stream` from after `after` under `id`, confirmed with `accepted`.
-    fn attach(&mut self, id: String, stream: &Arc<Registered>, after: u64, slot: Slot) -> Step {
+    fn attach(&mut self, id: String, stream: &Arc<Registered>, after: u64) -> Step {
         let accepted = ServerMessage::Accepted {
             id: id.clone(),
             stream: stream.id.clone(),
             token: stream.token().to_string(),
         };
         self.streams.insert(id, stream.attach(after));
-        send(slot, &accepted)
+        send(&accepted)
     }
 
-    fn on_item(&mut self, id: &str, request_id: &str, item: Item, slot: Slot) -> Step {
+    fn on_item(&mut self, id: &str, request_id: &str, item: Item) -> Step {
         match item {
-            Item::Event(seq, event) => {
-                slot.send(Message::Text(sequenced(id, request_id, seq, &event).into()));
-                Step::Continue
-            }
-            Item::Gap { first } => send(slot, &gap_error(Some(id.to_string()), first)),
-            Item::Reply(message) => send(slot, &message),
+            Item::Event(seq, event) => Step::Send(Message::Text(sequenced(id, request_id, seq, &event).into())),
+            Item::Gap { first } => send(&gap_error(Some(id.to_string()), first)),
+            Item::Reply(message) => send(&message),
         }
     }
 
-    fn on_ping_tick(&mut self, slot: Slot) -> Step {
+    fn on_ping_tick(&mut self) -> Step {
         if self.missed_pongs >= MAX_MISSED_PONGS {
             return Step::End(Some(close(close_code::POLICY, "no pong for two pings")));
         }
         self.missed_pongs += 1;
-        slot.send(Message::Ping(Default::default()));
-        Step::Continue
+        Step::Send(Message::Ping(Default::default()))
     }
 }
 
-fn send_error(slot: Slot, id: Option<String>, reply: ErrorReply) -> Step {
-    send(slot, &ServerMessage::from_reply(id, &reply))
+fn send_error(id: Option<String>, reply: ErrorReply) -> Step {
+    send(&ServerMessage::from_reply(id, &reply))
 }
 
-fn send(slot: Slot, message: &ServerMessage) -> Step {
-    slot.send(Message::Text(message.to_json().into()));
-    Step::Continue
+fn send(message: &ServerMessage) -> Step {
+    Step::Send(Message::Text(message.to_json().into()))
 }
 
 fn close(code: u16, reason: &'static str) -> CloseFrame {
@@ -376,7 +428,7 @@ mod tests {
     use serde_json::{json, Value};
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use tokio::sync::Semaphore;
+    use tokio::sync::{mpsc, Semaphore};
     use tokio::task::JoinHandle;
 
     const PING_EVERY: Duration = Duration::from_secs(10);
@@ -389,9 +441,48 @@ mod tests {
         }
     }
 
+    /// The session's side of a client: frames from `incoming`, messages into `out`, which
+    /// holds as many as the session's queue before it takes no more.
+    struct Socket {
+        incoming: mpsc::Receiver<Result<Message, axum::Error>>,
+        out: futures::channel::mpsc::Sender<Message>,
+    }
+
+    impl Stream for Socket {
+        type Item = Result<Message, axum::Error>;
+
+        fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            self.incoming.poll_recv(cx)
+        }
+    }
+
+    impl Sink<Message> for Socket {
+        type Error = axum::Error;
+
+        fn poll_ready(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), axum::Error>> {
+            self.out.poll_ready(cx).map_err(axum::Error::new)
+        }
+
+        fn start_send(mut self: std::pin::Pin<&mut Self>, item: Message) -> Result<(), axum::Error> {
+            self.out.start_send(item).map_err(axum::Error::new)
+        }
+
+        fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), axum::Error>> {
+            std::pin::Pin::new(&mut self.out)
+                .poll_flush(cx)
+                .map_err(axum::Error::new)
+        }
+
+        fn poll_close(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), axum::Error>> {
+            std::pin::Pin::new(&mut self.out)
+                .poll_close(cx)
+                .map_err(axum::Error::new)
+        }
+    }
+
     struct Harness {
         to_session: mpsc::Sender<Result<Message, axum::Error>>,
-        from_session: mpsc::Receiver<Message>,
+        from_session: futures::channel::mpsc::Receiver<Message>,
         session: JoinHandle<Option<CloseFrame>>,
         permits: Arc<Semaphore>,
     }
@@ -406,11 +497,9 @@ mod tests {
                     known: vec!["a".into()],
                 })
             };
-            let (to_session, rx_in) = mpsc::channel(16);
-            let incoming = Box::pin(stream::unfold(rx_in, |mut rx| async move {
-                rx.recv().await.map(|m| (m, rx))
-            }));
-            let (out, from_session) = mpsc::channel(queue);
+            let (to_session, incoming) = mpsc::channel(16);
+            let (out, from_session) = futures::channel::mpsc::channel(queue);
+            let mut socket = Socket { incoming, out };
             let permits = Arc::new(Semaphore::new(permits));
             let registry = Arc::new(Registry::new(StreamsConfig {
                 max_open: 100,
@@ -425,9 +514,14 @@ mod tests {
                 RequestCtx::new(Dialect::Native),
                 semaphore_slots(permits.clone()),
                 registry,
-                out,
             );
-            let session = tokio::spawn(session.run(incoming, PING_EVERY));
+            let session = tokio::spawn(async move {
+                let mut session = session;
+                match session.run(&mut socket, PING_EVERY, queue).await {
+                    End::Close(close) => close,
+                    End::Gone => panic!("the test's socket never fails"),
+                }
+            });
             Harness {
                 to_session,
                 from_session,
@@ -458,7 +552,7 @@ mod tests {
         }
 
         async fn recv_any(&mut self) -> Value {
-            match self.from_session.recv().await {
+            match self.from_session.next().await {
                 Some(Message::Text(t)) => serde_json::from_str(t.as_str()).expect("server sends JSON"),
                 other => panic!("expected a text message, got {other:?}"),
             }
@@ -675,11 +769,11 @@ mod tests {
         let mut h = Harness::start(Vec::<(String, EventStream)>::new(), 16, 4);
         let started = Instant::now();
         assert!(
-            matches!(h.from_session.recv().await, Some(Message::Ping(_))),
+            matches!(h.from_session.next().await, Some(Message::Ping(_))),
             "first ping"
         );
         assert!(
-            matches!(h.from_session.recv().await, Some(Message::Ping(_))),
+            matches!(h.from_session.next().await, Some(Message::Ping(_))),
             "second ping"
         );
         let close = h.session.await.expect("session task ends cleanly");
@@ -695,7 +789,7 @@ mod tests {
     async fn a_pong_keeps_the_client_alive() {
         let mut h = Harness::start(Vec::<(String, EventStream)>::new(), 16, 4);
         for _ in 0..4 {
-            assert!(matches!(h.from_session.recv().await, Some(Message::Ping(_))), "ping");
+            assert!(matches!(h.from_session.next().await, Some(Message::Ping(_))), "ping");
             h.to_session
                 .send(Ok(Message::Pong(Default::default())))
                 .await

@@ -6,7 +6,6 @@
 //! reader; the stream itself runs on in the registry until it ends, is cancelled, or stays
 //! detached too long.
 
-use std::future::{poll_fn, Future};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -208,8 +207,10 @@ impl RequestStreams {
         Poll::Pending
     }
 
-    pub fn next(&mut self) -> impl Future<Output = (String, String, Item)> + '_ {
-        poll_fn(|cx| self.poll_next(cx))
+    /// `poll_next` as a future, for the tests (the session polls it beside its other inputs).
+    #[cfg(test)]
+    pub fn next(&mut self) -> impl std::future::Future<Output = (String, String, Item)> + '_ {
+        std::future::poll_fn(|cx| self.poll_next(cx))
     }
 }
 
