@@ -22,6 +22,7 @@ mod retry_after;
 pub mod sse;
 #[cfg(test)]
 pub(crate) mod testkit;
+pub(crate) mod wire_json;
 
 use std::pin::Pin;
 use std::sync::Arc;
