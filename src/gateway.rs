@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::HeaderMap;
 use tokio::time::Instant;
 
 use crate::config::{Config, ProviderKind, Wire};
@@ -19,84 +18,14 @@ use crate::provider::openai::OpenAiProvider;
 use crate::provider::{self, SharedProvider};
 use crate::sim::SimHandle;
 use crate::types::{
-    ChatRequest, Dialect, Envelope, ErrorClass, ErrorEvent, EventStream, ExclusionCode, LeaseUpdate, Level, Plan,
-    Priority, RequestCtx, ResponseType, StreamEvent,
+    ChatRequest, Envelope, ErrorClass, ErrorEvent, EventStream, ExclusionCode, LeaseUpdate, Level, Plan, RequestCtx,
+    StreamEvent,
 };
 use crate::{router, telemetry};
 
-/// The `x-tailcut-*` headers a request is steered by (also the ones browsers may send:
-/// `transport::cors::allowed_headers`).
-pub(crate) const CONTROL_HEADERS: [&str; 8] = [
-    "x-tailcut-hedge",
-    "x-tailcut-response-type",
-    "x-tailcut-deadline-ms",
-    "x-tailcut-priority",
-    "x-tailcut-session",
-    "x-tailcut-region",
-    "x-tailcut-tenant",
-    "x-tailcut-task",
-];
+mod headers;
 
-impl RequestCtx {
-    /// Reads the `x-tailcut-*` request headers. Invalid values are a client error.
-    pub fn from_headers(headers: &HeaderMap, dialect: Dialect) -> Result<Self, GatewayError> {
-        let mut ctx = RequestCtx::new(dialect);
-        // A control header sent twice is ambiguous (which tenant, which deadline?): refused,
-        // so a second value can never slip past a check made on the first.
-        if let Some(name) = CONTROL_HEADERS
-            .iter()
-            .find(|name| headers.get_all(**name).iter().nth(1).is_some())
-        {
-            return Err(GatewayError::BadRequest(format!("{name} may be sent only once")));
-        }
-        let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-        if let Some(id) = get("x-request-id").and_then(crate::types::usable_request_id) {
-            ctx.request_id = id.to_string();
-        }
-        if let Some(v) = get("x-tailcut-hedge") {
-            ctx.hedge_off = match v.to_ascii_lowercase().as_str() {
-                "on" | "true" | "1" | "yes" => false,
-                "off" | "false" | "0" | "no" => true,
-                _ => {
-                    return Err(GatewayError::BadRequest(format!(
-                        "x-tailcut-hedge must be on or off (true/false, 1/0, yes/no), not {v:?}"
-                    )))
-                }
-            };
-        }
-        if let Some(v) = get("x-tailcut-response-type") {
-            ctx.response_type = Some(ResponseType::parse(v).ok_or_else(|| {
-                GatewayError::BadRequest(format!(
-                    "x-tailcut-response-type must be prose, structured, tool or voice, not {v:?}"
-                ))
-            })?);
-        }
-        if let Some(v) = get("x-tailcut-deadline-ms") {
-            let ms: u64 = v.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
-                GatewayError::BadRequest(format!("x-tailcut-deadline-ms must be a positive integer, not {v:?}"))
-            })?;
-            ctx.deadline = Some(Duration::from_millis(ms));
-        }
-        if let Some(v) = get("x-tailcut-priority") {
-            ctx.priority = match v.to_ascii_lowercase().as_str() {
-                "interactive" => Priority::Interactive,
-                "batch" => Priority::Batch,
-                _ => {
-                    return Err(GatewayError::BadRequest(format!(
-                        "x-tailcut-priority must be interactive or batch, not {v:?}"
-                    )))
-                }
-            };
-        }
-        ctx.session = get("x-tailcut-session").filter(|s| !s.is_empty()).map(str::to_string);
-        ctx.region = get("x-tailcut-region").filter(|s| !s.is_empty()).map(str::to_string);
-        ctx.tenant = get("x-tailcut-tenant").filter(|s| !s.is_empty()).map(str::to_string);
-        ctx.task = get("x-tailcut-task")
-            .filter(|s| !s.is_empty() && s.len() <= 64)
-            .map(str::to_string);
-        Ok(ctx)
-    }
-}
+pub(crate) use headers::CONTROL_HEADERS;
 
 /// A request refused before any stream exists.
 #[derive(Debug, Clone, thiserror::Error)]

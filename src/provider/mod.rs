@@ -23,6 +23,7 @@ mod scrub;
 pub mod sse;
 #[cfg(test)]
 pub(crate) mod testkit;
+pub(crate) mod wire_json;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -65,25 +65,27 @@ where
     let (stop_tx, stop_rx) = oneshot::channel();
     let task = tokio::spawn(async move {
         let _slot = slot;
-        let mut capped_at: Option<Instant> = None;
         // Boxed, like the event's: the task's future holds it (and `Stop`) for the stream's life.
         let mut envelope = Box::<Envelope>::default();
-        let cap = |at: Option<Instant>| async move {
-            match at {
-                Some(at) => sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        // The cut's waiter and the cap's timer are made once and polled in place: made anew
+        // for each event, they joined and left the token's waiter list and the timer wheel
+        // once per relayed event.
+        let cancelled = cut.cancelled();
+        tokio::pin!(cancelled);
+        let cap = sleep_until(Instant::now() + max_stream);
+        tokio::pin!(cap);
+        let mut capped = false;
         let stop = loop {
             let event = tokio::select! {
                 biased;
-                _ = cut.cancelled() => break Stop::Cut(envelope),
-                _ = cap(capped_at) => break Stop::Capped(envelope),
+                _ = &mut cancelled => break Stop::Cut(envelope),
+                _ = &mut cap, if capped => break Stop::Capped(envelope),
                 event = events.next() => event,
             };
             let Some(event) = event else { break Stop::Ended };
             if let StreamEvent::Start(env) = &event {
-                capped_at = Some(Instant::now() + max_stream);
+                cap.as_mut().reset(Instant::now() + max_stream);
+                capped = true;
                 envelope.clone_from(env);
             }
             let terminal = matches!(event, StreamEvent::Finish { .. } | StreamEvent::Error(_));
@@ -97,8 +99,8 @@ where
                 let stalled_at = Instant::now() + stall;
                 tokio::select! {
                     biased;
-                    _ = cut.cancelled() => break Stop::Cut(envelope),
-                    _ = cap(capped_at) => break Stop::Capped(envelope),
+                    _ = &mut cancelled => break Stop::Cut(envelope),
+                    _ = &mut cap, if capped => break Stop::Capped(envelope),
                     _ = sleep_until(stalled_at) => break Stop::Stalled,
                     sent = tx.send(event) => if sent.is_err() { break Stop::Ended },
                 }

@@ -13,7 +13,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{Stream, StreamExt};
@@ -21,7 +21,6 @@ use serde::Serialize;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use super::error::insert;
 use crate::types::{Envelope, EventStream, StreamEvent};
 
 /// The OpenAI stream terminator. Not JSON; SDKs match it by prefix.
@@ -111,6 +110,17 @@ impl Frames {
         buf.extend_from_slice(b"\ndata: ");
         self.json(value);
         self.buf.extend_from_slice(b"\n\n");
+        self.buf.split().freeze()
+    }
+
+    /// `head`, `mid`, `value` as JSON and `tail`: a frame whose bytes around one serialized
+    /// value are known already.
+    pub fn around_json<T: Serialize>(&mut self, head: &[u8], mid: &[u8], value: &T, tail: &[u8]) -> Bytes {
+        let buf = self.begin();
+        buf.extend_from_slice(head);
+        buf.extend_from_slice(mid);
+        self.json(value);
+        self.buf.extend_from_slice(tail);
         self.buf.split().freeze()
     }
 
@@ -219,18 +229,30 @@ impl<S: Stream<Item = Bytes>> Stream for KeepAlive<S> {
     }
 }
 
+/// The response headers tailcut adds, named once at compile time: naming them per response
+/// (`HeaderName::from_static` at run time) validated each name again.
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_TAILCUT_ROUTE: HeaderName = HeaderName::from_static("x-tailcut-route");
+const X_TAILCUT_LEVEL: HeaderName = HeaderName::from_static("x-tailcut-level");
+const X_TAILCUT_HEDGED: HeaderName = HeaderName::from_static("x-tailcut-hedged");
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+
+/// Room for the envelope's headers, the SSE ones and a dialect's own, so none regrows the map.
+const REPLY_HEADERS: usize = 12;
+
 /// Headers that say who served the answer: sent at commit on every successful reply.
 pub fn envelope_headers(envelope: &Envelope, request_id: &str) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    insert(&mut headers, "x-request-id", request_id);
-    if let Some(route) = &envelope.route {
-        insert(&mut headers, "x-tailcut-route", route);
+    let mut headers = HeaderMap::with_capacity(REPLY_HEADERS);
+    if let Ok(value) = HeaderValue::from_str(request_id) {
+        headers.insert(X_REQUEST_ID, value);
     }
-    insert(&mut headers, "x-tailcut-level", envelope.level.as_str());
-    insert(
-        &mut headers,
-        "x-tailcut-hedged",
-        if envelope.hedged { "true" } else { "false" },
+    if let Some(Ok(route)) = envelope.route.as_deref().map(HeaderValue::from_str) {
+        headers.insert(X_TAILCUT_ROUTE, route);
+    }
+    headers.insert(X_TAILCUT_LEVEL, HeaderValue::from_static(envelope.level.as_str()));
+    headers.insert(
+        X_TAILCUT_HEDGED,
+        HeaderValue::from_static(if envelope.hedged { "true" } else { "false" }),
     );
     headers
 }
@@ -251,11 +273,14 @@ where
         let _held = &permit;
         Ok::<_, Infallible>(frame)
     });
-    let mut headers = extra;
+    let mut response = Response::new(Body::from_stream(body));
+    // The map itself becomes the response's: merging it into an empty one rehashed each entry.
+    let headers = response.headers_mut();
+    *headers = extra;
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    insert(&mut headers, "x-accel-buffering", "no");
-    (StatusCode::OK, headers, Body::from_stream(body)).into_response()
+    headers.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
+    response
 }
 
 /// A JSON response with the given status and headers.

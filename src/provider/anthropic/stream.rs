@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::types::{EventData, WireUsage};
 use crate::provider::sse::SseEvent;
+use crate::provider::wire_json::WireStr;
 use crate::provider::{classify_in_band, Delta, ErrorClass, Progress, ProviderError, ToolFragment, WireDecoder};
 use crate::types::{FinishReason, Usage};
 
@@ -28,22 +29,46 @@ pub(crate) struct EventDecoder {
 
 impl WireDecoder for EventDecoder {
     fn on_event(&mut self, event: SseEvent, out: &mut Vec<Delta>) -> Result<Progress, ProviderError> {
+        match read_direct(&event) {
+            Some((name, data)) => self.dispatch(name, data, out),
+            None => self.on_tree(&event, out),
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    fn on_end(&mut self, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
+        if self.finish.is_none() {
+            return Err(protocol("upstream stream ended before message_stop".to_string()));
+        }
+        self.flush_usage(out);
+        Ok(())
+    }
+}
+
+impl EventDecoder {
+    /// An error event, or data the direct read refused: read as a tree, as the SDKs do, so a
+    /// failure is classified (or refused) from what it says, and data the direct read refuses
+    /// only for being unusual (a key sent twice) is still read as it always was.
+    fn on_tree(&mut self, event: &SseEvent, out: &mut Vec<Delta>) -> Result<Progress, ProviderError> {
         let value: Value = serde_json::from_str(event.data.as_str())
             .map_err(|e| protocol(format!("upstream sent a malformed event: {e}")))?;
-        let name = match event.event {
+        let name = match event.event.as_deref() {
             Some(name) => name,
-            None => value
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
+            None => value.get("type").and_then(Value::as_str).unwrap_or_default(),
         };
         if name == "error" {
             return Err(classify_in_band(&value));
         }
         let data = EventData::deserialize(&value)
             .map_err(|e| protocol(format!("upstream sent a malformed {name} event: {e}")))?;
-        match name.as_str() {
+        self.dispatch(name, data, out)
+    }
+
+    fn dispatch(&mut self, name: &str, data: EventData<'_>, out: &mut Vec<Delta>) -> Result<Progress, ProviderError> {
+        match name {
             "message_start" => {
                 if let Some(usage) = data.message.and_then(|m| m.usage) {
                     self.record_usage(&usage);
@@ -62,7 +87,7 @@ impl WireDecoder for EventDecoder {
                 }
                 let stop_reason = data.delta.and_then(|d| d.stop_reason);
                 if let (None, Some(reason)) = (self.finish, stop_reason) {
-                    self.finish(stop_reason_of(&reason), out);
+                    self.finish(stop_reason_of(reason.as_str()), out);
                 }
             }
             "message_stop" => {
@@ -78,21 +103,7 @@ impl WireDecoder for EventDecoder {
         Ok(Progress::More)
     }
 
-    fn finished(&self) -> bool {
-        self.finish.is_some()
-    }
-
-    fn on_end(&mut self, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
-        if self.finish.is_none() {
-            return Err(protocol("upstream stream ended before message_stop".to_string()));
-        }
-        self.flush_usage(out);
-        Ok(())
-    }
-}
-
-impl EventDecoder {
-    fn on_block_start(&mut self, data: EventData, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
+    fn on_block_start(&mut self, data: EventData<'_>, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
         let Some(block) = data.content_block else {
             return Ok(());
         };
@@ -104,14 +115,14 @@ impl EventDecoder {
                 self.tool_blocks.insert(index);
                 out.push(Delta::tool(ToolFragment {
                     index,
-                    id: block.id,
-                    name: block.name,
+                    id: block.id.map(WireStr::into_string),
+                    name: block.name.map(WireStr::into_string),
                     arguments: String::new(),
                 }));
             }
             "text" => {
                 if let Some(text) = block.text.filter(|t| !t.is_empty()) {
-                    out.push(Delta::Text(text));
+                    out.push(Delta::Text(text.into_string()));
                 }
             }
             _ => {}
@@ -119,14 +130,14 @@ impl EventDecoder {
         Ok(())
     }
 
-    fn on_block_delta(&mut self, data: EventData, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
+    fn on_block_delta(&mut self, data: EventData<'_>, out: &mut Vec<Delta>) -> Result<(), ProviderError> {
         let Some(delta) = data.delta else {
             return Ok(());
         };
-        match delta.kind.as_deref() {
+        match delta.kind.as_ref().map(WireStr::as_str) {
             Some("text_delta") => {
                 if let Some(text) = delta.text.filter(|t| !t.is_empty()) {
-                    out.push(Delta::Text(text));
+                    out.push(Delta::Text(text.into_string()));
                 }
             }
             Some("input_json_delta") => {
@@ -138,7 +149,7 @@ impl EventDecoder {
                         index,
                         id: None,
                         name: None,
-                        arguments: json,
+                        arguments: json.into_string(),
                     }));
                 }
             }
@@ -174,6 +185,25 @@ impl EventDecoder {
             out.push(Delta::Usage(usage));
         }
     }
+}
+
+/// The usual path: the data read straight into what is used, its strings borrowed. `None`
+/// for an error event and for data it refuses, which `on_tree` then reads.
+fn read_direct(event: &SseEvent) -> Option<(&str, EventData<'_>)> {
+    if event.event.as_deref() == Some("error") {
+        return None;
+    }
+    let mut data = serde_json::from_str::<EventData<'_>>(event.data.as_str()).ok()?;
+    let name = match event.event.as_deref() {
+        Some(name) => name,
+        // Borrowed from the data only when it held no escape: an escaped type (never sent in
+        // practice) is read the slow way.
+        None => match data.kind.take()?.0 {
+            std::borrow::Cow::Borrowed(kind) => kind,
+            std::borrow::Cow::Owned(_) => return None,
+        },
+    };
+    (name != "error").then_some((name, data))
 }
 
 fn stop_reason_of(reason: &str) -> FinishReason {
@@ -449,5 +479,85 @@ mod tests {
             let out = runtime.block_on(replay_chunks(chunks));
             prop_assert_eq!(out, tool_use_expected());
         }
+    }
+
+    /// What one event did: its progress (or failure) and its deltas.
+    type Step = (Result<Progress, String>, Vec<Delta>);
+
+    /// Every event of `stream` through `on_event` and, on a second decoder, through the tree
+    /// reading alone (what `on_event` did for every event before the direct read).
+    fn both_ways(stream: &str) -> (Vec<Step>, Vec<Step>) {
+        let mut sse = crate::provider::sse::SseDecoder::new(crate::provider::sse::SseLimits::default());
+        sse.push(stream.as_bytes());
+        let (mut direct, mut tree) = (EventDecoder::default(), EventDecoder::default());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        while let Ok(Some(event)) = sse.next_event() {
+            let mut out = Vec::new();
+            let progress = direct
+                .on_event(event.clone(), &mut out)
+                .map_err(|e| format!("{:?}: {}", e.class, e.message));
+            a.push((progress, out));
+            let mut out = Vec::new();
+            let progress = tree
+                .on_tree(&event, &mut out)
+                .map_err(|e| format!("{:?}: {}", e.class, e.message));
+            b.push((progress, out));
+        }
+        (a, b)
+    }
+
+    #[test]
+    fn the_direct_read_decodes_every_event_as_the_tree_reading_did() {
+        let tricky = concat!(
+            // Dispatch on the data's type when there is no event line (T13), escapes decoded.
+            "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"a\\nb\\u00e9\"}}\n\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\\\"q\\\" \\ud83d\\ude00\"}}\n\n",
+            "data: {\"type\":\"content_block_\\u0064elta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"escaped type\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"ping\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"line wins\"}}\n\n",
+            // A key sent twice: the tree reading keeps the last one, and so must we.
+            "event: content_block_delta\ndata: {\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"first\"},\"delta\":{\"type\":\"text_delta\",\"text\":\"last\"}}\n\n",
+            // Unknown fields, types and blocks pass; wrong types are refused with the event's name.
+            "event: content_block_start\ndata: {\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"f\",\"input\":{}},\"extra\":[1,{\"a\":null}]}\n\n",
+            "event: content_block_delta\ndata: {\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"ci\"}}\n\n",
+            "event: content_block_delta\ndata: {\"index\":2,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"server tool\"}}\n\n",
+            "event: content_block_delta\ndata: {\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hm\"}}\n\n",
+            "event: content_block_stop\ndata: {\"index\":1}\n\n",
+            "event: future_event\ndata: {\"anything\":true}\n\n",
+            "data: {\"no_type\":1}\n\n",
+            "data: {\"type\":5}\n\n",
+            "event: content_block_delta\ndata: {\"index\":\"0\"}\n\n",
+            "event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":7}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let errors = [
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+            "data: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow down\"}}\n\n",
+            "event: error\ndata: not json\n\n",
+            "data: {\"type\":\"message_start\",\n\n",
+            "event: message_start\ndata: {\"message\":{\"usage\":{\"input_tokens\":-1}}}\n\n",
+        ];
+        let streams = [
+            TEXT,
+            TEXT_DOCS,
+            TOOL_USE,
+            TOOL_USE_DOCS,
+            THINKING,
+            REFUSAL,
+            ERROR,
+            INCOMPLETE,
+            tricky,
+        ];
+        for stream in streams.into_iter().chain(errors) {
+            let (direct, tree) = both_ways(stream);
+            assert!(!direct.is_empty(), "{stream}");
+            assert_eq!(direct, tree, "{stream}");
+        }
+        let (direct, _) = both_ways(tricky);
+        assert_eq!(
+            direct[4].1,
+            vec![Delta::Text("last".into())],
+            "the last of two keys, as before"
+        );
+        assert_eq!(direct[0].1, vec![Delta::Text("a\nbé".into())], "escapes decoded");
     }
 }

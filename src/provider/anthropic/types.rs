@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::provider::wire_json::WireStr;
+
 // ---- request ----
 
 #[derive(Debug, Serialize)]
@@ -57,18 +59,22 @@ pub struct WireTool {
 
 // ---- stream ----
 
-/// The data of one stream event (its type is read before this is parsed). Unknown fields are ignored and every field is optional,
-/// so new event and block types pass through harmlessly.
+/// The data of one stream event, as much of it as the decoder reads. Unknown fields are
+/// skipped unread and every field is optional, so new event and block types pass through
+/// harmlessly. Strings borrow from the event's data unless they hold an escape.
 #[derive(Debug, Default, Deserialize)]
-pub struct EventData {
+pub struct EventData<'a> {
+    /// The data's own `type`; dispatch follows the `event:` line first (T13).
+    #[serde(default, rename = "type", borrow)]
+    pub kind: Option<WireStr<'a>>,
     #[serde(default)]
     pub index: Option<u32>,
     #[serde(default)]
     pub message: Option<StartMessage>,
-    #[serde(default)]
-    pub content_block: Option<ContentBlock>,
-    #[serde(default)]
-    pub delta: Option<EventDelta>,
+    #[serde(default, borrow)]
+    pub content_block: Option<ContentBlock<'a>>,
+    #[serde(default, borrow)]
+    pub delta: Option<EventDelta<'a>>,
     #[serde(default)]
     pub usage: Option<WireUsage>,
 }
@@ -80,28 +86,28 @@ pub struct StartMessage {
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct ContentBlock {
-    #[serde(default, rename = "type")]
-    pub kind: String,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub text: Option<String>,
+pub struct ContentBlock<'a> {
+    #[serde(default, rename = "type", borrow)]
+    pub kind: WireStr<'a>,
+    #[serde(default, borrow)]
+    pub id: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub name: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub text: Option<WireStr<'a>>,
 }
 
 /// `content_block_delta.delta` and `message_delta.delta` share this shape.
 #[derive(Debug, Default, Deserialize)]
-pub struct EventDelta {
-    #[serde(default, rename = "type")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub text: Option<String>,
-    #[serde(default)]
-    pub partial_json: Option<String>,
-    #[serde(default)]
-    pub stop_reason: Option<String>,
+pub struct EventDelta<'a> {
+    #[serde(default, rename = "type", borrow)]
+    pub kind: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub text: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub partial_json: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub stop_reason: Option<WireStr<'a>>,
 }
 
 /// Cumulative counts (T9); any field may be missing on a given event.

@@ -7,10 +7,13 @@
 //! many OpenAI-compatible servers never send `[DONE]`. An unknown `finish_reason` is a
 //! normal stop; only `"error"` (OpenRouter's failed generation) fails the attempt.
 
+use std::borrow::Cow;
+
 use serde_json::json;
 
 use super::types::{ChoiceDelta, Chunk, FunctionDelta, ToolCallDelta, WireUsage};
 use crate::provider::sse::SseEvent;
+use crate::provider::wire_json::WireStr;
 use crate::provider::{classify_in_band, Delta, ErrorClass, Progress, ProviderError, ToolFragment, WireDecoder};
 use crate::types::{FinishReason, Usage};
 
@@ -36,10 +39,10 @@ impl WireDecoder for ChunkDecoder {
             self.flush_usage(out);
             return Ok(Progress::End);
         }
-        let chunk: Chunk =
+        let chunk: Chunk<'_> =
             serde_json::from_str(data).map_err(|e| protocol(&format!("upstream sent a malformed chunk: {e}")))?;
-        if let Some(error) = chunk.error.filter(is_truthy) {
-            return Err(classify_in_band(&json!({ "error": error })));
+        if chunk.error.is_some_and(|truthy| truthy.0) {
+            return Err(in_band_error(data));
         }
         let usage_arrived = chunk.usage.is_some();
         if let Some(usage) = chunk.usage {
@@ -54,7 +57,7 @@ impl WireDecoder for ChunkDecoder {
             }
             // Some compatible servers send `""` on every chunk that does not finish.
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                let reason = self.finish_reason(&reason)?;
+                let reason = self.finish_reason(reason.as_str())?;
                 self.finish = Some(reason);
                 out.push(Delta::Finish(reason));
             }
@@ -80,13 +83,13 @@ impl WireDecoder for ChunkDecoder {
 }
 
 impl ChunkDecoder {
-    fn on_delta(&mut self, delta: ChoiceDelta, out: &mut Vec<Delta>) {
+    fn on_delta(&mut self, delta: ChoiceDelta<'_>, out: &mut Vec<Delta>) {
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-            out.push(Delta::Text(text));
+            out.push(Delta::Text(text.into_string()));
         }
         if let Some(text) = delta.refusal.filter(|t| !t.is_empty()) {
             self.refused = true;
-            out.push(Delta::Text(text));
+            out.push(Delta::Text(text.into_string()));
         }
         for call in delta.tool_calls.into_iter().flatten() {
             if let Some(fragment) = self.tool_fragment(call) {
@@ -95,7 +98,7 @@ impl ChunkDecoder {
         }
         if let Some(call) = delta.function_call {
             // The deprecated single-call form: call 0, with a made-up id on its first fragment.
-            let id = call.name.as_ref().map(|_| "call_0".to_string());
+            let id = call.name.as_ref().map(|_| WireStr(Cow::Borrowed("call_0")));
             let call = ToolCallDelta {
                 index: Some(0),
                 id,
@@ -107,7 +110,7 @@ impl ChunkDecoder {
         }
     }
 
-    fn tool_fragment(&mut self, call: ToolCallDelta) -> Option<ToolFragment> {
+    fn tool_fragment(&mut self, call: ToolCallDelta<'_>) -> Option<ToolFragment> {
         let index = match call.index {
             Some(index) => index,
             // No index (older Ollama builds): a fragment with an id starts a new call,
@@ -124,9 +127,9 @@ impl ChunkDecoder {
         }
         Some(ToolFragment {
             index,
-            id: call.id,
-            name,
-            arguments,
+            id: call.id.map(WireStr::into_string),
+            name: name.map(WireStr::into_string),
+            arguments: arguments.into_string(),
         })
     }
 
@@ -173,10 +176,14 @@ fn neutral_usage(usage: &WireUsage) -> Usage {
     }
 }
 
-fn is_truthy(value: &serde_json::Value) -> bool {
-    !matches!(value, serde_json::Value::Null | serde_json::Value::Bool(false))
-        && value.as_str() != Some("")
-        && value.as_object().is_none_or(|o| !o.is_empty())
+/// The in-band failure a chunk with a truthy `error` carries (T10), classified from the
+/// error itself: the chunk is parsed a second time, as a tree, on this path only.
+fn in_band_error(data: &str) -> ProviderError {
+    let error = serde_json::from_str::<serde_json::Value>(data)
+        .ok()
+        .and_then(|mut chunk| chunk.get_mut("error").map(serde_json::Value::take))
+        .unwrap_or_default();
+    classify_in_band(&json!({ "error": error }))
 }
 
 fn protocol(message: &str) -> ProviderError {

@@ -4,6 +4,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use smallvec::SmallVec;
 
+use crate::provider::wire_json::{Truthy, WireStr};
+
 // ---- request ----
 
 #[derive(Debug, Serialize)]
@@ -112,60 +114,63 @@ pub struct WireFunction {
 
 // ---- stream ----
 
-/// One `chat.completion.chunk`. Every field is optional: usage chunks have no choices,
-/// Azure's first chunk has empty ones, vLLM may send `null` (T8). We never ask for `n > 1`,
-/// so the one choice is kept inline: no allocation for the list per upstream chunk.
+/// One `chat.completion.chunk`, as much of it as the decoder reads: every other field (`id`,
+/// `object`, `model`, `logprobs`, ...) is skipped unread. Every field is optional: usage
+/// chunks have no choices, Azure's first chunk has empty ones, vLLM may send `null` (T8). We
+/// never ask for `n > 1`, so the one choice is kept inline: no allocation for the list per
+/// upstream chunk. Strings borrow from the event's data unless they hold an escape.
 #[derive(Debug, Default, Deserialize)]
-pub struct Chunk {
-    #[serde(default)]
-    pub choices: Option<SmallVec<[Choice; 1]>>,
+pub struct Chunk<'a> {
+    #[serde(default, borrow)]
+    pub choices: Option<SmallVec<[Choice<'a>; 1]>>,
     #[serde(default)]
     pub usage: Option<WireUsage>,
-    /// A truthy top-level `error` is an in-band failure (T10).
+    /// A truthy top-level `error` is an in-band failure (T10); only then is the event parsed
+    /// again to read it.
     #[serde(default)]
-    pub error: Option<Value>,
+    pub error: Option<Truthy>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct Choice {
+pub struct Choice<'a> {
     #[serde(default)]
     pub index: u32,
-    #[serde(default)]
-    pub delta: Option<ChoiceDelta>,
-    #[serde(default)]
-    pub finish_reason: Option<String>,
+    #[serde(default, borrow)]
+    pub delta: Option<ChoiceDelta<'a>>,
+    #[serde(default, borrow)]
+    pub finish_reason: Option<WireStr<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct ChoiceDelta {
-    #[serde(default)]
-    pub content: Option<String>,
-    #[serde(default)]
-    pub refusal: Option<String>,
-    #[serde(default)]
-    pub tool_calls: Option<Vec<ToolCallDelta>>,
+pub struct ChoiceDelta<'a> {
+    #[serde(default, borrow)]
+    pub content: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub refusal: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub tool_calls: Option<Vec<ToolCallDelta<'a>>>,
     /// The deprecated single-call form (no index).
-    #[serde(default)]
-    pub function_call: Option<FunctionDelta>,
+    #[serde(default, borrow)]
+    pub function_call: Option<FunctionDelta<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct ToolCallDelta {
+pub struct ToolCallDelta<'a> {
     /// Required by OpenAI; some compatible servers omit it (§1.14).
     #[serde(default)]
     pub index: Option<u32>,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(default)]
-    pub function: Option<FunctionDelta>,
+    #[serde(default, borrow)]
+    pub id: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub function: Option<FunctionDelta<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct FunctionDelta {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub arguments: Option<String>,
+pub struct FunctionDelta<'a> {
+    #[serde(default, borrow)]
+    pub name: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub arguments: Option<WireStr<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,7 +192,14 @@ mod tests {
         let choices = chunk.choices.unwrap_or_default();
         assert_eq!(choices.len(), 1);
         assert!(!choices.spilled(), "one choice must not allocate a list");
-        assert_eq!(choices[0].delta.as_ref().and_then(|d| d.content.as_deref()), Some("hi"));
+        assert_eq!(
+            choices[0]
+                .delta
+                .as_ref()
+                .and_then(|d| d.content.as_ref())
+                .map(WireStr::as_str),
+            Some("hi")
+        );
     }
 
     #[test]
@@ -196,5 +208,297 @@ mod tests {
         let chunk: Chunk = serde_json::from_str(data).unwrap_or_default();
         let indices: Vec<u32> = chunk.choices.into_iter().flatten().map(|c| c.index).collect();
         assert_eq!(indices, [1, 0]);
+    }
+
+    /// The chunk types as they were before strings were borrowed and `error` was only tested
+    /// for truthiness: the new ones must read every chunk exactly as these did.
+    mod before {
+        use serde::Deserialize;
+        use serde_json::Value;
+        use smallvec::SmallVec;
+
+        #[derive(Debug, Default, Deserialize)]
+        pub struct Chunk {
+            #[serde(default)]
+            pub choices: Option<SmallVec<[Choice; 1]>>,
+            #[serde(default)]
+            pub usage: Option<super::WireUsage>,
+            #[serde(default)]
+            pub error: Option<Value>,
+        }
+
+        #[derive(Debug, Default, Deserialize)]
+        pub struct Choice {
+            #[serde(default)]
+            pub index: u32,
+            #[serde(default)]
+            pub delta: Option<ChoiceDelta>,
+            #[serde(default)]
+            pub finish_reason: Option<String>,
+        }
+
+        #[derive(Debug, Default, Deserialize)]
+        pub struct ChoiceDelta {
+            #[serde(default)]
+            pub content: Option<String>,
+            #[serde(default)]
+            pub refusal: Option<String>,
+            #[serde(default)]
+            pub tool_calls: Option<Vec<ToolCallDelta>>,
+            #[serde(default)]
+            pub function_call: Option<FunctionDelta>,
+        }
+
+        #[derive(Debug, Default, Deserialize)]
+        pub struct ToolCallDelta {
+            #[serde(default)]
+            pub index: Option<u32>,
+            #[serde(default)]
+            pub id: Option<String>,
+            #[serde(default)]
+            pub function: Option<FunctionDelta>,
+        }
+
+        #[derive(Debug, Default, Deserialize)]
+        pub struct FunctionDelta {
+            #[serde(default)]
+            pub name: Option<String>,
+            #[serde(default)]
+            pub arguments: Option<String>,
+        }
+
+        pub fn is_truthy(value: &Value) -> bool {
+            !matches!(value, Value::Null | Value::Bool(false))
+                && value.as_str() != Some("")
+                && value.as_object().is_none_or(|o| !o.is_empty())
+        }
+    }
+
+    type Function = (Option<String>, Option<String>);
+    type Call = (Option<u32>, Option<String>, Option<Function>);
+    type Read = (
+        Vec<(
+            u32,
+            Option<(Option<String>, Option<String>, Option<Vec<Call>>, Option<Function>)>,
+            Option<String>,
+        )>,
+        Option<bool>,
+        Option<(u32, u32)>,
+        bool,
+    );
+
+    /// Everything the decoder takes from a chunk read the old way, or `None` if it was refused.
+    fn read_before(data: &str) -> Option<Read> {
+        let c: before::Chunk = serde_json::from_str(data).ok()?;
+        let function = |f: before::FunctionDelta| (f.name, f.arguments);
+        let choices = c.choices.map(|list| {
+            list.into_iter()
+                .map(|ch| {
+                    let delta = ch.delta.map(|d| {
+                        let calls = d.tool_calls.map(|calls| {
+                            calls
+                                .into_iter()
+                                .map(|t| (t.index, t.id, t.function.map(function)))
+                                .collect()
+                        });
+                        (d.content, d.refusal, calls, d.function_call.map(function))
+                    });
+                    (ch.index, delta, ch.finish_reason)
+                })
+                .collect::<Vec<_>>()
+        });
+        Some((
+            choices.clone().unwrap_or_default(),
+            choices.map(|_| true),
+            c.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+            c.error.as_ref().is_some_and(before::is_truthy),
+        ))
+    }
+
+    /// The same, read with today's types.
+    fn read_now(data: &str) -> Option<Read> {
+        let c: Chunk<'_> = serde_json::from_str(data).ok()?;
+        let s = |w: WireStr<'_>| w.into_string();
+        let function = |f: FunctionDelta<'_>| (f.name.map(s), f.arguments.map(s));
+        let choices = c.choices.map(|list| {
+            list.into_iter()
+                .map(|ch| {
+                    let delta = ch.delta.map(|d| {
+                        let calls = d.tool_calls.map(|calls| {
+                            calls
+                                .into_iter()
+                                .map(|t| (t.index, t.id.map(s), t.function.map(function)))
+                                .collect()
+                        });
+                        (d.content.map(s), d.refusal.map(s), calls, d.function_call.map(function))
+                    });
+                    (ch.index, delta, ch.finish_reason.map(s))
+                })
+                .collect::<Vec<_>>()
+        });
+        Some((
+            choices.clone().unwrap_or_default(),
+            choices.map(|_| true),
+            c.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+            c.error.is_some_and(|t| t.0),
+        ))
+    }
+
+    #[test]
+    fn every_fixture_chunk_and_tricky_case_reads_as_before() {
+        let fixtures = [
+            include_str!("../../../tests/fixtures/openai/text.sse"),
+            include_str!("../../../tests/fixtures/openai/tool_calls_parallel.sse"),
+            include_str!("../../../tests/fixtures/openai/tool_call_single.sse"),
+            include_str!("../../../tests/fixtures/openai/refusal.sse"),
+            include_str!("../../../tests/fixtures/openai/length.sse"),
+        ];
+        let mut cases: Vec<&str> = fixtures
+            .iter()
+            .flat_map(|f| f.lines())
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| d.starts_with('{'))
+            .collect();
+        cases.extend([
+            // T8: empty, null and missing choices; Azure's filter results.
+            r#"{"id":"","choices":[],"created":0,"model":"","object":"","prompt_filter_results":[{"prompt_index":0}]}"#,
+            r#"{"choices":null,"usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
+            r#"{"object":"chat.completion.chunk"}"#,
+            // T12: role-only and empty deltas.
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"refusal":""}}]}"#,
+            // Escapes: decoded, so owned, and equal to what `String` read.
+            r#"{"choices":[{"index":0,"delta":{"content":"a\nb\"c\\d\u00e9\ud83d\ude00"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"ci"}}]}}]}"#,
+            // T1-T3: first fragments with id and name, a missing index, parallel calls.
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":""}},{"index":1,"id":"b","function":{"name":"g"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"function_call":{"name":"legacy","arguments":"{}"}},"finish_reason":"function_call"}]}"#,
+            // T10: errors of every truthiness.
+            r#"{"error":{"message":"The server had an error","type":"server_error","param":null,"code":null}}"#,
+            r#"{"error":null,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{"error":{}}"#,
+            r#"{"error":""}"#,
+            r#"{"error":false}"#,
+            r#"{"error":0}"#,
+            r#"{"error":[]}"#,
+            r#"{"error":"rate limited"}"#,
+            // Finish reasons, empty ones, other choices.
+            r#"{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":""}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"b"}},{"index":0,"delta":{"content":"a"},"finish_reason":"eos_token"}]}"#,
+            // Refused the same way: wrong types, duplicate fields, bad escapes, bad JSON.
+            r#"{"choices":[{"index":0,"delta":{"content":5}}]}"#,
+            r#"{"choices":[{"index":-1,"delta":{"content":"x"}}]}"#,
+            r#"{"choices":{"index":0}}"#,
+            r#"{"choices":[],"choices":[]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"\ud800"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"\x"}}]}"#,
+            r#"{"usage":{"prompt_tokens":1.5}}"#,
+            r#"{"choices":["#,
+            "[]",
+            "null",
+        ]);
+        for case in cases {
+            assert_eq!(read_now(case), read_before(case), "{case}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_chunk_reads_as_before(value in arb_chunk()) {
+            let text = value.to_string();
+            proptest::prop_assert_eq!(read_now(&text), read_before(&text), "{}", text);
+        }
+    }
+
+    /// Chunks of the real shape with every field present, missing, `null`, empty or of the
+    /// wrong type, strings with and without escapes, and unknown fields beside them.
+    fn arb_chunk() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let text = prop_oneof![
+            Just(Value::Null),
+            Just(Value::from("")),
+            "[a-z \"\\\\\n\té€😀{}]{0,12}".prop_map(Value::from),
+            any::<u8>().prop_map(Value::from),
+            Just(Value::Bool(false)),
+        ];
+        let maybe = |v: BoxedStrategy<Value>| prop_oneof![Just(None), v.prop_map(Some)].boxed();
+        let object = |fields: Vec<(&'static str, BoxedStrategy<Option<Value>>)>| {
+            fields
+                .into_iter()
+                .map(|(k, v)| v.prop_map(move |v| v.map(|v| (k.to_string(), v))))
+                .collect::<Vec<_>>()
+                .prop_map(|pairs| Value::Object(pairs.into_iter().flatten().collect()))
+        };
+        let index = prop_oneof![
+            Just(Value::from(0)),
+            Just(Value::from(1)),
+            Just(Value::Null),
+            Just(Value::from("0"))
+        ]
+        .boxed();
+        let function = object(vec![
+            ("name", maybe(text.clone().boxed())),
+            ("arguments", maybe(text.clone().boxed())),
+        ])
+        .boxed();
+        let call = object(vec![
+            ("index", maybe(index.clone())),
+            ("id", maybe(text.clone().boxed())),
+            ("type", maybe(Just(Value::from("function")).boxed())),
+            ("function", maybe(function.clone())),
+        ]);
+        let delta = object(vec![
+            ("role", maybe(Just(Value::from("assistant")).boxed())),
+            ("content", maybe(text.clone().boxed())),
+            ("refusal", maybe(text.clone().boxed())),
+            (
+                "tool_calls",
+                maybe(prop::collection::vec(call, 0..3).prop_map(Value::from).boxed()),
+            ),
+            ("function_call", maybe(function)),
+        ]);
+        let choice = object(vec![
+            ("index", maybe(index)),
+            (
+                "delta",
+                maybe(prop_oneof![delta.boxed(), Just(Value::Null).boxed()].boxed()),
+            ),
+            ("logprobs", maybe(Just(Value::Null).boxed())),
+            ("finish_reason", maybe(text.clone().boxed())),
+        ]);
+        let usage = object(vec![
+            ("prompt_tokens", maybe(any::<u16>().prop_map(Value::from).boxed())),
+            ("completion_tokens", maybe(any::<u16>().prop_map(Value::from).boxed())),
+        ]);
+        let error = prop_oneof![
+            text.boxed(),
+            Just(serde_json::json!({})),
+            Just(serde_json::json!({"message": "m", "type": "server_error"})),
+            Just(serde_json::json!([])),
+        ];
+        object(vec![
+            ("id", maybe(Just(Value::from("chatcmpl-1")).boxed())),
+            ("object", maybe(Just(Value::from("chat.completion.chunk")).boxed())),
+            ("created", maybe(Just(Value::from(1727346168u64)).boxed())),
+            (
+                "choices",
+                maybe(
+                    prop_oneof![
+                        prop::collection::vec(choice, 0..3).prop_map(Value::from).boxed(),
+                        Just(Value::Null).boxed()
+                    ]
+                    .boxed(),
+                ),
+            ),
+            (
+                "usage",
+                maybe(prop_oneof![usage.boxed(), Just(Value::Null).boxed()].boxed()),
+            ),
+            ("error", maybe(error.boxed())),
+            (
+                "prompt_filter_results",
+                maybe(Just(serde_json::json!([{"prompt_index": 0, "content_filter_results": {}}])).boxed()),
+            ),
+        ])
     }
 }

@@ -1,6 +1,8 @@
 //! Rendering answers in the OpenAI dialect: `chat.completion.chunk` SSE frames (exactly the
 //! shape the openai SDKs parse), the non-streaming `chat.completion`, and error bodies.
 
+use std::io::Write;
+
 use bytes::Bytes;
 use serde::Serialize;
 
@@ -204,17 +206,33 @@ impl ChunkEncoder {
         }
     }
 
-    /// The first frame after commit: the assistant role with empty content.
+    /// The first frame after commit: the assistant role with empty content. Written from
+    /// `text_head`'s bytes, as `frame` would write it (a test holds them equal).
     pub fn role_frame(&self) -> Bytes {
-        self.frame(
-            ChunkDelta {
-                role: Some("assistant"),
-                content: Some(""),
-                tool_calls: None,
-            },
-            None,
-            None,
-        )
+        let open = self.delta_open();
+        let mut frame = Vec::with_capacity(open.len() + ROLE_DELTA.len() + TEXT_TAIL.len());
+        frame.extend_from_slice(open);
+        frame.extend_from_slice(ROLE_DELTA);
+        frame.extend_from_slice(TEXT_TAIL);
+        Bytes::from(frame)
+    }
+
+    /// `text_head` up to its delta's opening brace: every chunk of the stream starts so.
+    fn delta_open(&self) -> &[u8] {
+        &self.text_head[..self.text_head.len() - CONTENT_KEY.len()]
+    }
+
+    /// The finish frame: an empty delta, the reason and the envelope. Written from
+    /// `text_head`'s bytes with only the envelope serialized, as `frame` would write it (a
+    /// test holds them equal).
+    fn finish_frame(&mut self, reason: FinishReason, envelope: &Envelope) -> Bytes {
+        // Every reason is a plain ASCII word: nothing in it to escape.
+        let mut mid = Vec::with_capacity(64);
+        mid.extend_from_slice(b"},\"logprobs\":null,\"finish_reason\":\"");
+        mid.extend_from_slice(finish_reason(reason).as_bytes());
+        mid.extend_from_slice(b"\"}],\"tailcut\":");
+        let open = &self.text_head[..self.text_head.len() - CONTENT_KEY.len()];
+        self.frames.around_json(open, &mid, envelope, b"}\n\n")
     }
 
     fn chunk<'a>(&'a self, choices: &'a [ChunkChoice<'a>], tailcut: Option<&'a Envelope>) -> Chunk<'a> {
@@ -229,6 +247,8 @@ impl ChunkEncoder {
         }
     }
 
+    /// A chunk's frame serialized whole: what the frames written from `text_head` are held to.
+    #[cfg(test)]
     fn frame(&self, delta: ChunkDelta<'_>, finish: Option<&'static str>, tailcut: Option<&Envelope>) -> Bytes {
         let choice = [ChunkChoice {
             index: 0,
@@ -299,7 +319,7 @@ impl FrameEncoder for ChunkEncoder {
                 envelope,
             } => return self.fail(ErrorReply::truncated(*envelope), out),
             StreamEvent::Finish { reason, envelope } => {
-                out.push(self.frame(ChunkDelta::default(), Some(finish_reason(reason)), Some(&envelope)));
+                out.push(self.finish_frame(reason, &envelope));
                 if let Some(usage) = self.usage.filter(|_| self.include_usage) {
                     out.push(self.usage_frame(usage));
                 }
@@ -320,6 +340,12 @@ impl FrameEncoder for ChunkEncoder {
     }
 }
 
+/// The key `text_head` ends with, after the delta's opening brace.
+const CONTENT_KEY: &[u8] = b"\"content\":";
+
+/// The role frame's delta, inside its braces.
+const ROLE_DELTA: &[u8] = b"\"role\":\"assistant\",\"content\":\"\"";
+
 /// What follows a text delta's content in its frame: the rest of the chunk, and the blank
 /// line that ends the frame.
 const TEXT_TAIL: &[u8] = b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
@@ -331,7 +357,7 @@ fn text_head(id: &str, created: u64, model: &str) -> Vec<u8> {
     head.extend_from_slice(b"data: {\"id\":");
     write_str(&mut head, id);
     head.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
-    head.extend_from_slice(created.to_string().as_bytes());
+    let _ = write!(head, "{created}");
     head.extend_from_slice(b",\"model\":");
     write_str(&mut head, model);
     head.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":{\"content\":");
@@ -484,6 +510,50 @@ mod tests {
                     String::from_utf8_lossy(&serialized),
                     "text {text:?}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn role_and_finish_frames_are_the_bytes_of_the_serialized_chunk() {
+        let odd = Envelope {
+            model: Some("m\"odel\\é\u{1}".into()),
+            route: Some("r\"oute".into()),
+            hedged: true,
+            ..start()
+        };
+        for mut enc in [
+            encoder(false),
+            ChunkEncoder::new("req_\"q\n", "chat", u64::MAX, odd.clone(), true),
+        ] {
+            let role = enc.frame(
+                ChunkDelta {
+                    role: Some("assistant"),
+                    content: Some(""),
+                    tool_calls: None,
+                },
+                None,
+                None,
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&enc.role_frame()),
+                String::from_utf8_lossy(&role)
+            );
+            for reason in [
+                FinishReason::Stop,
+                FinishReason::Length,
+                FinishReason::ToolCalls,
+                FinishReason::ContentFilter,
+                FinishReason::Refusal,
+            ] {
+                for envelope in [start(), odd.clone()] {
+                    let serialized = enc.frame(ChunkDelta::default(), Some(finish_reason(reason)), Some(&envelope));
+                    assert_eq!(
+                        String::from_utf8_lossy(&enc.finish_frame(reason, &envelope)),
+                        String::from_utf8_lossy(&serialized),
+                        "{reason:?}"
+                    );
+                }
             }
         }
     }
