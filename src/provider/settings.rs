@@ -136,7 +136,7 @@ fn stream_limit(seen: &[u8]) -> Found {
         .chunks_exact(6)
         .filter(|s| u16::from_be_bytes([s[0], s[1]]) == SETTINGS_MAX_CONCURRENT_STREAMS)
         .map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]))
-        .last();
+        .next_back();
     // No limit named: hyper keeps its initial one.
     Found::Limit(named.map_or(DEFAULT_STREAMS_PER_CONNECTION, |v| {
         usize::try_from(v).unwrap_or(usize::MAX)
