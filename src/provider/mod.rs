@@ -19,6 +19,7 @@ mod error;
 mod http;
 mod lanes;
 pub mod openai;
+mod proxy;
 mod retry_after;
 mod settings;
 pub mod sse;
