@@ -135,19 +135,14 @@ impl Gateway {
                 },
                 None => None,
             };
+            let client = if route.http2_prior_knowledge {
+                client.with_http2_prior_knowledge()
+            } else {
+                client.clone()
+            };
             let p: SharedProvider = match route.wire {
-                Wire::OpenAi => Arc::new(OpenAiProvider::new(
-                    base_url,
-                    route.model.clone(),
-                    api_key,
-                    client.clone(),
-                )),
-                Wire::Anthropic => Arc::new(AnthropicProvider::new(
-                    base_url,
-                    route.model.clone(),
-                    api_key,
-                    client.clone(),
-                )),
+                Wire::OpenAi => Arc::new(OpenAiProvider::new(base_url, route.model.clone(), api_key, client)),
+                Wire::Anthropic => Arc::new(AnthropicProvider::new(base_url, route.model.clone(), api_key, client)),
             };
             providers.insert(route.name.clone(), p);
         }

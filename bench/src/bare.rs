@@ -21,11 +21,14 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
-/// Relays every request on `listener` to `upstream`, path and headers as they came.
-pub async fn serve(listener: TcpListener, upstream: SocketAddr) {
+/// Relays every request on `listener` to `upstream`, path and headers as they came, over
+/// HTTP/2 with prior knowledge when `h2c` (every stream over one connection, as hyper-util's
+/// pooled client does), else HTTP/1.1.
+pub async fn serve(listener: TcpListener, upstream: SocketAddr, h2c: bool) {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    let client: Client<HttpConnector, Incoming> = Client::builder(TokioExecutor::new()).build(connector);
+    let client: Client<HttpConnector, Incoming> =
+        Client::builder(TokioExecutor::new()).http2_only(h2c).build(connector);
     while let Ok((tcp, _)) = listener.accept().await {
         let _ = tcp.set_nodelay(true);
         let client = client.clone();
@@ -121,7 +124,7 @@ mod tests {
         let up = upstream(chunks.clone()).await;
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let proxy = listener.local_addr().expect("addr");
-        tokio::spawn(serve(listener, up));
+        tokio::spawn(serve(listener, up, false));
         let mut conn = Conn::open(proxy).await.expect("connected");
         let target = Target {
             addr: proxy,
@@ -147,7 +150,7 @@ mod tests {
         drop(dead);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let proxy = listener.local_addr().expect("addr");
-        tokio::spawn(serve(listener, up));
+        tokio::spawn(serve(listener, up, false));
         let mut conn = Conn::open(proxy).await.expect("connected");
         let target = Target {
             addr: proxy,

@@ -29,6 +29,9 @@ pub struct HoldArgs {
     /// Connections (and streams at once) the churn runs over.
     #[arg(long, default_value_t = 64)]
     pub churn_concurrency: usize,
+    /// Both servers reach the upstream over HTTP/2 with prior knowledge (h2c), not HTTP/1.1.
+    #[arg(long)]
+    pub h2c: bool,
     /// Where `hold.json` goes.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -53,6 +56,8 @@ pub struct ServerMemory {
 #[derive(Debug, Serialize)]
 pub struct HoldReport {
     pub machine: Machine,
+    /// The servers reached the upstream over HTTP/2 with prior knowledge.
+    pub h2c: bool,
     pub streams: usize,
     pub churn: usize,
     pub servers: BTreeMap<&'static str, ServerMemory>,
@@ -76,7 +81,7 @@ pub async fn hold(args: HoldArgs) -> Result<(), String> {
     let held = scenario(serde_json::json!({ "ttft": { "median_ms": 600000.0 }, "tokens": 4 }))?;
     let flat = scenario(serde_json::json!({ "ttft": { "median_ms": 0.0 }, "tokens": 8, "inter_token_ms": 0.0 }))?;
     let scenarios = BTreeMap::from([("held".to_string(), held), ("flat".to_string(), flat)]);
-    let mut rig = Rig::start(&args.out, scenarios).await?;
+    let mut rig = Rig::start(&args.out, scenarios, args.h2c).await?;
     let mut servers = BTreeMap::new();
     let mut result = Ok(());
     for (kind, mode, name) in [
@@ -97,6 +102,7 @@ pub async fn hold(args: HoldArgs) -> Result<(), String> {
     result?;
     let report = HoldReport {
         machine: Machine::now(),
+        h2c: args.h2c,
         streams: args.streams,
         churn: args.churn,
         servers,
@@ -223,8 +229,12 @@ async fn wait_closed(rig: &Rig) {
 
 fn print_table(r: &HoldReport) {
     println!(
-        "\nhold: {} held streams and {} idle WebSockets per server, then {} short streams; RSS of each server process; machine of {} cores shared with other work",
-        r.streams, r.streams, r.churn, r.machine.cores
+        "\nhold: {} held streams and {} idle WebSockets per server, then {} short streams; upstream over {}; RSS of each server process; machine of {} cores shared with other work",
+        r.streams,
+        r.streams,
+        r.churn,
+        if r.h2c { "HTTP/2 (prior knowledge)" } else { "HTTP/1.1" },
+        r.machine.cores
     );
     println!(
         "{:<10}{:>10}{:>10}{:>11}{:>13}{:>11}{:>14}{:>13}{:>8}",

@@ -92,7 +92,7 @@ pub async fn overhead(args: OverheadArgs) -> Result<(), String> {
     let peer = args.peer.as_deref().map(parse_peer).transpose()?;
     let flat = scenario(serde_json::json!({ "ttft": { "median_ms": 0.0 }, "tokens": 4, "inter_token_ms": 0.0 }))?;
     let listen = args.upstream_listen.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
-    let mut rig = Rig::start_on(listen, &args.out, BTreeMap::from([(SCENARIO.to_string(), flat)])).await?;
+    let mut rig = Rig::start_on(listen, &args.out, BTreeMap::from([(SCENARIO.to_string(), flat)]), false).await?;
     let result = measure(&args, &mut rig, peer.as_ref()).await;
     rig.stop().await;
     let report = result?;

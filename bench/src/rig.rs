@@ -42,9 +42,11 @@ pub struct Rig {
 
 impl Rig {
     /// Starts the simulated upstream with `scenarios` and both server processes; tailcut's
-    /// config has one route and one model per scenario, of the same name, hedging off.
-    pub async fn start(out: &Path, scenarios: BTreeMap<String, Scenario>) -> Result<Rig, String> {
-        Rig::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), out, scenarios).await
+    /// config has one route and one model per scenario, of the same name, hedging off. With
+    /// `h2c`, both servers reach the upstream over HTTP/2 with prior knowledge (tailcut's
+    /// routes set `http2_prior_knowledge`), else over HTTP/1.1.
+    pub async fn start(out: &Path, scenarios: BTreeMap<String, Scenario>, h2c: bool) -> Result<Rig, String> {
+        Rig::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), out, scenarios, h2c).await
     }
 
     /// As [`Rig::start`], with the simulated upstream on `listen` (a fixed port, so a peer
@@ -53,6 +55,7 @@ impl Rig {
         listen: SocketAddr,
         out: &Path,
         scenarios: BTreeMap<String, Scenario>,
+        h2c: bool,
     ) -> Result<Rig, String> {
         let names: Vec<String> = scenarios.keys().cloned().collect();
         // On the upstream's own runtime, so its tasks never run on the client's thread.
@@ -64,10 +67,10 @@ impl Rig {
             .map_err(|e| format!("cannot start the simulated upstream: {e}"))?;
         std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
         let config_path = out.join("tailcut-bench.toml");
-        std::fs::write(&config_path, config_text(sim.addr(), &names))
+        std::fs::write(&config_path, config_text(sim.addr(), &names, h2c))
             .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
-        let tailcut = Server::start(Kind::Tailcut, Some(&config_path), sim.addr()).await?;
-        let bare = Server::start(Kind::Bare, None, sim.addr()).await?;
+        let tailcut = Server::start(Kind::Tailcut, Some(&config_path), sim.addr(), h2c).await?;
+        let bare = Server::start(Kind::Bare, None, sim.addr(), h2c).await?;
         Ok(Rig { sim, tailcut, bare })
     }
 
@@ -102,9 +105,9 @@ impl Rig {
     }
 }
 
-/// One route per scenario over the OpenAI wire to the simulated upstream, hedging off, and
-/// limits far above anything a benchmark opens.
-pub fn config_text(sim: SocketAddr, scenarios: &[String]) -> String {
+/// One route per scenario over the OpenAI wire to the simulated upstream (over HTTP/2 with
+/// prior knowledge when `h2c`), hedging off, and limits far above anything a benchmark opens.
+pub fn config_text(sim: SocketAddr, scenarios: &[String], h2c: bool) -> String {
     let mut text = String::from(
         "[server]\nlisten = \"127.0.0.1:0\"\nmax_streams = 100000\nmax_connections = 100000\ndeadline_ms = 600000\n\
          [hedge]\nenabled = false\n",
@@ -112,7 +115,8 @@ pub fn config_text(sim: SocketAddr, scenarios: &[String]) -> String {
     for name in scenarios {
         text += &format!(
             "[[routes]]\nname = \"{name}\"\nprovider = \"openai\"\nbase_url = \"http://{sim}/s/{name}/v1\"\n\
-             model = \"{name}\"\nconcurrency = 100000\nfirst_token_timeout_ms = 300000\nstall_timeout_ms = 300000\n"
+             model = \"{name}\"\nconcurrency = 100000\nfirst_token_timeout_ms = 300000\nstall_timeout_ms = 300000\n\
+             http2_prior_knowledge = {h2c}\n"
         );
     }
     for name in scenarios {
@@ -133,10 +137,13 @@ mod tests {
     #[test]
     fn the_config_is_valid_tailcut_config() {
         let sim = SocketAddr::from(([127, 0, 0, 1], 9));
-        let text = config_text(sim, &["flat".into(), "held".into()]);
-        let config = tailcut::config::load_str(&text).expect("a valid config");
-        assert_eq!(config.routes.len(), 2);
-        assert!(config.models.contains_key("held"), "a model per scenario");
-        assert!(!config.needs_sim(), "the upstream is this process's, not tailcut's own");
+        for h2c in [false, true] {
+            let text = config_text(sim, &["flat".into(), "held".into()], h2c);
+            let config = tailcut::config::load_str(&text).expect("a valid config");
+            assert_eq!(config.routes.len(), 2);
+            assert!(config.routes.iter().all(|r| r.http2_prior_knowledge == h2c));
+            assert!(config.models.contains_key("held"), "a model per scenario");
+            assert!(!config.needs_sim(), "the upstream is this process's, not tailcut's own");
+        }
     }
 }

@@ -35,6 +35,9 @@ pub struct ServerArgs {
     /// bare: read/write buffer of its WebSocket baseline, as tailcut's `server.ws.buffer_bytes`.
     #[arg(long, default_value_t = 8192)]
     pub ws_buffer: usize,
+    /// bare: reach the upstream over HTTP/2 with prior knowledge (h2c).
+    #[arg(long)]
+    pub h2c: bool,
 }
 
 /// The child side: serve, say where, answer `stat` lines until stdin closes.
@@ -56,7 +59,7 @@ pub async fn serve(args: ServerArgs) -> Result<(), String> {
         }
         Kind::Bare => {
             let upstream = args.upstream.ok_or("bare needs --upstream")?;
-            tokio::spawn(crate::bare::serve(listener, upstream));
+            tokio::spawn(crate::bare::serve(listener, upstream, args.h2c));
             let ws_listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
             let ws = ws_listener.local_addr().map_err(|e| e.to_string())?;
             tokio::spawn(crate::bare::serve_ws(ws_listener, args.ws_buffer));
@@ -98,8 +101,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `kind` as a child process of this binary.
-    pub async fn start(kind: Kind, config: Option<&std::path::Path>, upstream: SocketAddr) -> Result<Server, String> {
+    /// Starts `kind` as a child process of this binary; the bare proxy reaches `upstream` over
+    /// HTTP/2 with prior knowledge when `h2c` (tailcut's config says so itself).
+    pub async fn start(
+        kind: Kind,
+        config: Option<&std::path::Path>,
+        upstream: SocketAddr,
+        h2c: bool,
+    ) -> Result<Server, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
         // TAILCUT_BENCH_WRAP runs the tailcut server under a tool, e.g.
         // "valgrind --tool=callgrind --callgrind-out-file=tailcut.callgrind".
@@ -123,6 +132,9 @@ impl Server {
             }
             Kind::Bare => {
                 command.arg("bare").arg("--upstream").arg(upstream.to_string());
+                if h2c {
+                    command.arg("--h2c");
+                }
             }
         }
         let mut child = command

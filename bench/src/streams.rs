@@ -33,6 +33,9 @@ pub struct StreamsArgs {
     /// A gap longer than the upstream's by this much is a stall.
     #[arg(long, default_value_t = 100.0)]
     pub stall_ms: f64,
+    /// Both servers reach the upstream over HTTP/2 with prior knowledge (h2c), not HTTP/1.1.
+    #[arg(long)]
+    pub h2c: bool,
     /// Where `streams.json` goes.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -101,7 +104,7 @@ pub async fn streams(args: StreamsArgs) -> Result<(), String> {
     let stream = scenario(serde_json::json!({
         "ttft": { "median_ms": 0.0 }, "inter_token_ms": args.gap_ms, "text": text.join(" "),
     }))?;
-    let mut rig = Rig::start(&args.out, BTreeMap::from([(SCENARIO.to_string(), stream)])).await?;
+    let mut rig = Rig::start(&args.out, BTreeMap::from([(SCENARIO.to_string(), stream)]), args.h2c).await?;
     let mut ways = Vec::new();
     let mut result = Ok(());
     for mode in Mode::ALL {

@@ -128,6 +128,9 @@ pub struct RouteConfig {
     /// Upstream base URL. OpenAI's includes `/v1`; Anthropic's is the host root. For simulated
     /// routes it is filled in at startup from the in-process simulator's address.
     pub base_url: Option<String>,
+    /// Reach a plain-http upstream over HTTP/2 from the first byte (h2c), many streams per
+    /// connection; never set for an https one (ALPN decides there).
+    pub http2_prior_knowledge: bool,
     pub model: String,
     pub api_key_env: Option<String>,
     pub region: String,

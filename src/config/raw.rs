@@ -65,6 +65,7 @@ pub struct RawRoute {
     pub provider: Option<String>,
     pub wire: Option<String>,
     pub base_url: Option<String>,
+    pub http2_prior_knowledge: Option<bool>,
     pub model: Option<String>,
     pub api_key_env: Option<String>,
     pub region: Option<String>,

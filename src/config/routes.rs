@@ -82,6 +82,13 @@ impl Validator {
             }
             _ => {}
         }
+        let http2_prior_knowledge = r.http2_prior_knowledge.unwrap_or(false);
+        if http2_prior_knowledge && r.base_url.as_deref().is_some_and(|u| u.starts_with("https://")) {
+            self.problem(
+                format!("{path}.http2_prior_knowledge"),
+                "only for a plain http:// base_url; an https:// upstream negotiates HTTP/2 by ALPN",
+            );
+        }
         let scenario = if provider == ProviderKind::Simulated {
             let s = r.scenario.clone().unwrap_or_else(|| "fast-stable".to_string());
             if sim::profile(&s).is_none() && !sim.scenarios.contains_key(&s) {
@@ -135,6 +142,7 @@ impl Validator {
             provider,
             wire,
             base_url: r.base_url.map(|u| u.trim_end_matches('/').to_string()),
+            http2_prior_knowledge,
             model,
             api_key_env: r.api_key_env,
             region: r.region.unwrap_or_else(|| "any".to_string()),

@@ -331,6 +331,29 @@ mod tests {
     }
 
     #[test]
+    fn http2_prior_knowledge_is_for_plain_http_upstreams_only() {
+        let route = |url: &str| {
+            format!(
+                "[[routes]]\nname = \"a\"\nprovider = \"openai\"\nmodel = \"m\"\nbase_url = \"{url}\"\nhttp2_prior_knowledge = true\n[models.chat]\nroutes = [\"a\"]\n"
+            )
+        };
+        let config = load_str(&route("http://envoy.internal:8080/v1")).expect("h2c to a plain-http upstream");
+        assert!(config.routes[0].http2_prior_knowledge);
+        let Err(ConfigError::Invalid(problems)) = load_str(&route("https://api.openai.com/v1")) else {
+            panic!("prior knowledge over TLS must be refused")
+        };
+        assert_eq!(
+            problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(),
+            ["routes[0].http2_prior_knowledge"],
+            "{problems:?}"
+        );
+        let simulated = "[[routes]]\nname = \"a\"\nprovider = \"simulated\"\nhttp2_prior_knowledge = true\n[models.chat]\nroutes = [\"a\"]\n";
+        assert!(load_str(simulated).expect("the simulator speaks h2c").routes[0].http2_prior_knowledge);
+        let plain = load_str(&route("http://h").replace("http2_prior_knowledge = true\n", "")).expect("valid");
+        assert!(!plain.routes[0].http2_prior_knowledge, "off unless asked for");
+    }
+
+    #[test]
     fn a_scenario_out_of_range_is_refused_key_by_key_and_a_broken_one_is_still_defined() {
         let text = r#"
             [[routes]]

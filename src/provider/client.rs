@@ -1,6 +1,9 @@
-//! The upstream HTTP client every adapter shares: hyper-util's pooled client over a connector
-//! with TCP_NODELAY, one timeout for the whole connect (TCP and TLS), and rustls (ring, the
-//! platform's roots) speaking HTTP/2 where the upstream offers it by ALPN, HTTP/1.1 otherwise.
+//! The upstream HTTP client every adapter shares: hyper-util's pooled clients (in lanes,
+//! `lanes`, so no stream waits behind a full HTTP/2 connection) over a connector with
+//! TCP_NODELAY, one timeout for the whole connect (TCP and TLS), and rustls (ring, the
+//! platform's roots) speaking HTTP/2 where the upstream offers it by ALPN, HTTP/1.1 otherwise;
+//! a plain-http upstream marked for it is spoken to in HTTP/2 from the first byte (prior
+//! knowledge, h2c).
 //!
 //! No redirects are followed and nothing is retried here (hyper-util's client follows none
 //! and retries only a request that never reached a reused connection): a 3xx is an
@@ -11,7 +14,9 @@
 //! `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`, and the lower-case forms; hyper-util's
 //! `Matcher::from_env`): an https upstream is reached through an HTTP CONNECT tunnel (TLS
 //! end to end, SNI the upstream's host), a plain-http one by sending the proxy the request in
-//! absolute form. Proxy credentials in the proxy's URL go in `Proxy-Authorization`.
+//! absolute form (that leg of the connect is `proxy`). Proxy credentials in the proxy's URL go
+//! in `Proxy-Authorization`. A failure at the proxy is logged with the proxy's address; the
+//! error (which may reach a client) names no address: the proxy is internal infrastructure.
 
 use std::fmt;
 use std::future::Future;
@@ -25,12 +30,15 @@ use http::uri::Scheme;
 use http::{Request, Uri};
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::proxy::Tunnel;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::client::legacy::{Client, ResponseFuture};
+use hyper_util::client::legacy::connect::{Connect, HttpConnector};
+use hyper_util::client::legacy::Client;
 use hyper_util::client::proxy::matcher::Matcher;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
+
+use super::lanes::{Lanes, Sent};
+use super::proxy::ProxyConnector;
+pub(crate) use super::proxy::ProxyFailed;
 
 /// How long reaching an upstream may take, TCP and TLS together.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,8 +46,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an idle pooled connection is kept.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// Idle connections kept per upstream host. An HTTP/2 upstream (the hosted providers offer
-/// it by ALPN) multiplexes every stream over one connection, so this bounds only HTTP/1.1
+/// Idle connections kept per upstream host and lane. An HTTP/2 upstream (the hosted
+/// providers offer it by ALPN) multiplexes a lane's streams over one connection, so this
+/// bounds only HTTP/1.1
 /// upstreams (local servers, the simulated upstream), where each stream in flight holds a
 /// connection of its own. After a burst of N streams, N − 8 connections close as they come
 /// back instead of idling for `POOL_IDLE_TIMEOUT`; each holds about 25 KiB (hyper's read and
@@ -54,18 +63,30 @@ pub type RequestBody = Full<Bytes>;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-type Connector = ConnectTimeout<HttpsConnector<ProxyConnector>>;
+pub(crate) type Connector = ConnectTimeout<HttpsConnector<ProxyConnector>>;
 
-/// The shared upstream client: cheap to clone, one connection pool for all clones.
+/// The shared upstream client: cheap to clone, one set of connection pools for all clones.
 #[derive(Clone)]
 pub struct HttpClient {
-    inner: Client<Connector, RequestBody>,
+    lanes: Arc<Lanes>,
+    /// Plain-http upstreams are spoken to in HTTP/2 from the first byte (h2c).
+    prior_knowledge: bool,
     proxies: Arc<Matcher>,
 }
 
 impl HttpClient {
+    /// This client (the same pools), speaking HTTP/2 with prior knowledge to plain-http
+    /// upstreams: no HTTP/1.1, many streams over one connection. An https upstream still
+    /// negotiates by ALPN.
+    pub fn with_http2_prior_knowledge(&self) -> HttpClient {
+        HttpClient {
+            prior_knowledge: true,
+            ..self.clone()
+        }
+    }
+
     /// Sends `request`; resolves at the response's head.
-    pub(crate) fn request(&self, mut request: Request<RequestBody>) -> ResponseFuture {
+    pub(crate) fn request(&self, mut request: Request<RequestBody>) -> Sent {
         // A plain-http request to a proxy carries the proxy's credentials itself (an https
         // one sends them in the CONNECT, see `ProxyConnector`). The header is sensitive:
         // never indexed, never shown by `Debug`.
@@ -77,7 +98,8 @@ impl HttpClient {
                 request.headers_mut().insert(http::header::PROXY_AUTHORIZATION, auth);
             }
         }
-        self.inner.request(request)
+        let h2c = self.prior_knowledge && request.uri().scheme() == Some(&Scheme::HTTP);
+        self.lanes.send(request, h2c)
     }
 }
 
@@ -86,6 +108,7 @@ impl fmt::Debug for HttpClient {
         f.debug_struct("HttpClient")
             .field("connect_timeout", &CONNECT_TIMEOUT)
             .field("pool_max_idle_per_host", &POOL_MAX_IDLE_PER_HOST)
+            .field("http2_prior_knowledge", &self.prior_knowledge)
             // The matcher's `Debug` names the proxies' URLs without their credentials.
             .field("proxies", &self.proxies)
             .finish()
@@ -108,6 +131,30 @@ pub fn http_client() -> HttpClient {
 /// Builds the upstream client with these proxy rules (tests pass their own: the
 /// environment is one for every test thread).
 pub(crate) fn http_client_with(proxies: Matcher) -> HttpClient {
+    let (connector, proxies) = connector(proxies);
+    HttpClient {
+        lanes: Arc::new(Lanes::new(connector)),
+        prior_knowledge: false,
+        proxies,
+    }
+}
+
+/// As `http_client_with` (no proxy), with lanes that take `streams` per connection before
+/// the peer's settings say otherwise.
+#[cfg(test)]
+pub(crate) fn http_client_taking(streams: usize) -> (HttpClient, Arc<Lanes>) {
+    let (connector, proxies) = connector(Matcher::builder().build());
+    let lanes = Arc::new(Lanes::with_default_limit(connector, streams));
+    let client = HttpClient {
+        lanes: Arc::clone(&lanes),
+        prior_knowledge: false,
+        proxies,
+    };
+    (client, lanes)
+}
+
+/// The connector every lane shares: proxy, TLS, connect timeout.
+fn connector(proxies: Matcher) -> (Connector, Arc<Matcher>) {
     // Other parts of the process (tests' clients) look for a process-wide provider: ring,
     // as here. A second install fails harmlessly.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -115,10 +162,7 @@ pub(crate) fn http_client_with(proxies: Matcher) -> HttpClient {
     http.set_nodelay(true);
     http.enforce_http(false);
     let proxies = Arc::new(proxies);
-    let tcp = ProxyConnector {
-        tcp: http,
-        proxies: Arc::clone(&proxies),
-    };
+    let tcp = ProxyConnector::new(http, Arc::clone(&proxies));
     // TLS wraps whatever the proxy connector returns: over a CONNECT tunnel it is end to
     // end with the upstream, its SNI the upstream's host.
     let https = hyper_rustls::HttpsConnectorBuilder::new()
@@ -130,13 +174,23 @@ pub(crate) fn http_client_with(proxies: Matcher) -> HttpClient {
         inner: https,
         timeout: CONNECT_TIMEOUT,
     };
-    let inner = Client::builder(TokioExecutor::new())
+    (connector, proxies)
+}
+
+/// One pool over `connector` (a lane): idle connections kept `POOL_IDLE_TIMEOUT`, at most
+/// `POOL_MAX_IDLE_PER_HOST`; every connection HTTP/2 from its first byte when
+/// `prior_knowledge`.
+pub(crate) fn pooled<C>(connector: C, prior_knowledge: bool) -> Client<C, RequestBody>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
-        .build(connector);
-    HttpClient { inner, proxies }
+        .http2_only(prior_knowledge)
+        .build(connector)
 }
 
 /// TLS 1.2 and 1.3 over ring, certificates checked by the platform verifier (on Linux:
@@ -157,184 +211,6 @@ fn tls_config(provider: Arc<rustls::crypto::CryptoProvider>) -> rustls::ClientCo
                 .with_root_certificates(rustls::RootCertStore::empty())
                 .with_no_client_auth()
         }
-    }
-}
-
-/// The TCP leg of a connect: straight to the upstream, or to the proxy the matcher names for
-/// it (`NO_PROXY` hosts and upstreams of a scheme without a proxy connect directly). An
-/// https upstream behind a proxy gets a CONNECT tunnel; a plain-http one a connection to the
-/// proxy marked as proxied, so the client sends its requests in absolute form.
-#[derive(Clone)]
-pub(crate) struct ProxyConnector {
-    tcp: HttpConnector,
-    proxies: Arc<Matcher>,
-}
-
-type Connecting = Pin<Box<dyn Future<Output = Result<ProxiedIo, BoxError>> + Send>>;
-
-impl Service<Uri> for ProxyConnector {
-    type Response = ProxiedIo;
-    type Error = BoxError;
-    type Future = Connecting;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.tcp.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, dst: Uri) -> Self::Future {
-        let Some(proxy) = self.proxies.intercept(&dst) else {
-            let connecting = self.tcp.call(dst);
-            return Box::pin(async move { Ok(ProxiedIo::direct(connecting.await?)) });
-        };
-        // The matcher strips the credentials from the proxy's URL: this names host and port.
-        let at = proxy.uri().authority().map_or_else(String::new, ToString::to_string);
-        if proxy.uri().scheme() != Some(&Scheme::HTTP) {
-            let scheme = proxy.uri().scheme_str().unwrap_or_default().to_string();
-            return Box::pin(async move { Err(ProxyFailed::Unsupported { proxy: at, scheme }.into()) });
-        }
-        let mut to_proxy = ToProxy {
-            tcp: self.tcp.clone(),
-            at: at.clone(),
-        };
-        if dst.scheme() == Some(&Scheme::HTTPS) {
-            let mut tunnel = Tunnel::new(proxy.uri().clone(), to_proxy);
-            if let Some(auth) = proxy.basic_auth() {
-                tunnel = tunnel.with_auth(auth.clone());
-            }
-            // `Tunnel` is ready whenever its TCP connector is, and `HttpConnector` always is.
-            let connecting = tunnel.call(dst);
-            return Box::pin(async move {
-                let failed: BoxError = match connecting.await {
-                    Ok(io) => return Ok(ProxiedIo::direct(io)),
-                    Err(e) => e.into(),
-                };
-                // A proxy that could not be reached is named so by `ToProxy`, inside the
-                // tunnel's error; any other tunnel failure is the proxy's answer.
-                if failed.source().is_some_and(|inner| inner.is::<ProxyFailed>()) {
-                    return Err(failed);
-                }
-                Err(ProxyFailed::Refused {
-                    proxy: at,
-                    source: failed,
-                }
-                .into())
-            });
-        }
-        let connecting = to_proxy.call(proxy.uri().clone());
-        Box::pin(async move {
-            Ok(ProxiedIo {
-                io: connecting.await?,
-                absolute_form: true,
-            })
-        })
-    }
-}
-
-/// The TCP connect to a proxy; its failure says that the proxy could not be reached.
-#[derive(Clone)]
-struct ToProxy {
-    tcp: HttpConnector,
-    at: String,
-}
-
-impl Service<Uri> for ToProxy {
-    type Response = TokioIo<tokio::net::TcpStream>;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.tcp.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, proxy: Uri) -> Self::Future {
-        let (connecting, at) = (self.tcp.call(proxy), self.at.clone());
-        Box::pin(async move {
-            connecting.await.map_err(|e| {
-                ProxyFailed::Unreachable {
-                    proxy: at,
-                    source: e.into(),
-                }
-                .into()
-            })
-        })
-    }
-}
-
-/// A connect through the egress proxy that failed at the proxy. The proxy is named by host
-/// and port only, never with its credentials.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ProxyFailed {
-    #[error("could not reach the proxy at {proxy}")]
-    Unreachable {
-        proxy: String,
-        #[source]
-        source: BoxError,
-    },
-    #[error("the proxy at {proxy} refused the tunnel")]
-    Refused {
-        proxy: String,
-        #[source]
-        source: BoxError,
-    },
-    #[error("the proxy at {proxy} is a {scheme}:// proxy; only http:// proxies are supported")]
-    Unsupported { proxy: String, scheme: String },
-}
-
-/// A TCP connection to the upstream (maybe through a tunnel) or to a proxy that takes
-/// absolute-form requests; tells hyper-util's client which.
-pub(crate) struct ProxiedIo {
-    io: TokioIo<tokio::net::TcpStream>,
-    absolute_form: bool,
-}
-
-impl ProxiedIo {
-    fn direct(io: TokioIo<tokio::net::TcpStream>) -> Self {
-        ProxiedIo {
-            io,
-            absolute_form: false,
-        }
-    }
-}
-
-impl Connection for ProxiedIo {
-    fn connected(&self) -> Connected {
-        self.io.connected().proxy(self.absolute_form)
-    }
-}
-
-impl hyper::rt::Read for ProxiedIo {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl hyper::rt::Write for ProxiedIo {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -402,6 +278,7 @@ where
 mod tests {
     use super::*;
     use crate::provider::{classify_transport, ErrorClass};
+    use hyper_util::rt::TokioIo;
 
     /// A connector whose connects never finish (an upstream that drops SYNs).
     #[derive(Clone)]
@@ -562,8 +439,10 @@ mod tests {
                     "{status}: {}",
                     e.message
                 );
+                // The proxy is internal: the message (which can reach a client) names no address.
                 let at = proxy.url.trim_start_matches("http://");
-                assert!(e.message.contains(at), "{status}: {}", e.message);
+                assert!(!e.message.contains(at), "{status}: {}", e.message);
+                assert!(!e.message.contains("127.0.0.1"), "{status}: {}", e.message);
                 assert!(
                     !e.message.contains("s3cret") && !e.message.contains("dXNlcjpzM2NyZXQ"),
                     "{}",
@@ -589,7 +468,7 @@ mod tests {
                     "{url}: {}",
                     e.message
                 );
-                assert!(e.message.contains(&addr.to_string()), "{}", e.message);
+                assert!(!e.message.contains(&addr.to_string()), "{}", e.message);
                 assert!(!e.message.contains("s3cret"), "{}", e.message);
             }
         }

@@ -17,9 +17,12 @@ pub mod anthropic;
 mod client;
 mod error;
 mod http;
+mod lanes;
 pub mod openai;
+mod proxy;
 mod retry_after;
 mod scrub;
+mod settings;
 pub mod sse;
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -39,8 +42,10 @@ pub use error::{
     classify_body, classify_in_band, classify_response, classify_status, classify_transport, redact, register_secret,
     Blame, ErrorClass, ProviderError, MAX_ERROR_BODY_BYTES, MIN_SECRET_CHARS,
 };
+pub use lanes::MAX_LANES;
 pub use openai::OpenAiProvider;
 pub use retry_after::retry_after;
+pub use settings::DEFAULT_STREAMS_PER_CONNECTION;
 
 use crate::types::{ChatRequest, FinishReason, Usage};
 use sse::{SseError, SseEvent, SseLimits};

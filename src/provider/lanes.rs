@@ -1,0 +1,284 @@
+//! Lanes: the upstream client's pools per upstream, so that a stream beyond one HTTP/2
+//! connection's limit opens another connection instead of waiting for a slot on a full one.
+//!
+//! Why: hyper-util's pooled client multiplexes every request to an HTTP/2 host over one
+//! connection and never opens a second when the peer's SETTINGS_MAX_CONCURRENT_STREAMS is
+//! reached; the request waits inside hyper until some stream ends. LLM streams last tens of
+//! seconds, so the (limit + 1)-th stream to a provider would wait with no first token, be
+//! hedged, and blame a healthy route.
+//!
+//! How: per upstream (scheme, authority, prior knowledge) a small set of pooled clients, the
+//! lanes, each with its own pool over the same connector and a count of its requests in
+//! flight. A request takes the first lane with room under the peer's stream limit (read from
+//! the connection's preface, `settings`; until then, and when the peer names none,
+//! `DEFAULT_STREAMS_PER_CONNECTION`), and a new lane is made when every lane is full, up to
+//! `MAX_LANES`; beyond that the least loaded lane takes it and hyper queues it, as before
+//! (logged once per upstream). The count is released when the response's body ends or is
+//! dropped, when the request fails, and when its future is dropped (a hedge's loser).
+//!
+//! Below the limit, streams share one connection. An HTTP/1.1 upstream (known from its first
+//! answer) uses one lane: its pool already opens a connection per request in flight.
+//!
+//! Known limit: until a lane's first connection has read the peer's preface, the lane takes
+//! up to the default; a peer that allows fewer sees those first streams queue in hyper until
+//! some end. Only the preface's limit is read, not a later change.
+//!
+//! Bounded: lanes per upstream by `MAX_LANES`, upstreams by `MAX_UPSTREAMS` (they come from
+//! the route config, never from a request; past the bound they share one overflow set).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http::{Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{Client, ResponseFuture};
+use parking_lot::Mutex;
+
+use super::client::{pooled, Connector, RequestBody};
+use super::settings::{ReadsStreamLimit, DEFAULT_STREAMS_PER_CONNECTION};
+
+/// Lanes (pools, so HTTP/2 connections) per upstream at most: at the default limit, 3,200
+/// streams at once to one upstream before any waits in hyper.
+pub const MAX_LANES: usize = 32;
+
+/// Upstreams with lanes of their own at most (one per distinct route base URL).
+const MAX_UPSTREAMS: usize = 1024;
+
+type LaneClient = Client<ReadsStreamLimit<Connector>, RequestBody>;
+
+/// Every upstream's lanes, for one `HttpClient` and its clones.
+pub(crate) struct Lanes {
+    connector: Connector,
+    /// What a lane takes before its peer's settings say otherwise (tests lower it).
+    default_limit: usize,
+    upstreams: Mutex<HashMap<Upstream, Arc<LaneSet>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Upstream {
+    scheme: Option<Scheme>,
+    authority: Option<Authority>,
+    prior_knowledge: bool,
+}
+
+impl Lanes {
+    pub fn new(connector: Connector) -> Self {
+        Lanes::with_default_limit(connector, DEFAULT_STREAMS_PER_CONNECTION)
+    }
+
+    pub fn with_default_limit(connector: Connector, default_limit: usize) -> Self {
+        Lanes {
+            connector,
+            default_limit,
+            upstreams: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sends `request` on a lane with room; resolves at the response's head.
+    pub fn send(&self, request: Request<RequestBody>, prior_knowledge: bool) -> Sent {
+        let set = self.set_for(request.uri(), prior_knowledge);
+        let in_flight = set.take();
+        Sent {
+            inner: in_flight.0.client.request(request),
+            in_flight: Some(in_flight),
+            set,
+        }
+    }
+
+    fn set_for(&self, uri: &Uri, prior_knowledge: bool) -> Arc<LaneSet> {
+        let mut key = Upstream {
+            scheme: uri.scheme().cloned(),
+            authority: uri.authority().cloned(),
+            prior_knowledge,
+        };
+        let mut upstreams = self.upstreams.lock();
+        if !upstreams.contains_key(&key) && upstreams.len() >= MAX_UPSTREAMS {
+            key = Upstream {
+                scheme: None,
+                authority: None,
+                prior_knowledge,
+            };
+        }
+        let set = upstreams.entry(key).or_insert_with_key(|key| {
+            Arc::new(LaneSet {
+                upstream: key
+                    .authority
+                    .as_ref()
+                    .map_or_else(|| "(overflow)".into(), ToString::to_string),
+                prior_knowledge,
+                connector: self.connector.clone(),
+                default_limit: self.default_limit,
+                http1: AtomicBool::new(false),
+                full_logged: AtomicBool::new(false),
+                lanes: Mutex::new(Vec::new()),
+            })
+        });
+        Arc::clone(set)
+    }
+
+    /// Lanes made for the upstream of `uri` so far, and requests in flight on them.
+    #[cfg(test)]
+    pub fn to(&self, uri: &Uri, prior_knowledge: bool) -> (usize, usize) {
+        let set = self.set_for(uri, prior_knowledge);
+        let lanes = set.lanes.lock();
+        let in_flight = lanes.iter().map(|l| l.in_flight.load(Ordering::Relaxed)).sum();
+        (lanes.len(), in_flight)
+    }
+}
+
+/// One upstream's lanes.
+struct LaneSet {
+    /// Host and port, for the log line when every lane is full.
+    upstream: String,
+    prior_knowledge: bool,
+    connector: Connector,
+    default_limit: usize,
+    /// The upstream answered over HTTP/1.1: one lane is enough.
+    http1: AtomicBool,
+    full_logged: AtomicBool,
+    lanes: Mutex<Vec<Arc<Lane>>>,
+}
+
+impl LaneSet {
+    /// A lane for one more request, counted in it.
+    fn take(&self) -> InFlight {
+        let mut lanes = self.lanes.lock();
+        let pick = if self.http1.load(Ordering::Relaxed) {
+            lanes.first().cloned()
+        } else {
+            lanes.iter().find(|lane| lane.has_room()).cloned()
+        };
+        let lane = match pick {
+            Some(lane) => lane,
+            None if lanes.len() < MAX_LANES => {
+                let lane = Arc::new(self.lane());
+                lanes.push(Arc::clone(&lane));
+                lane
+            }
+            None => {
+                if !self.full_logged.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        upstream = %self.upstream,
+                        lanes = MAX_LANES,
+                        "every connection to the upstream is at its stream limit; further requests wait for a stream to end"
+                    );
+                }
+                match lanes.iter().min_by_key(|lane| lane.in_flight.load(Ordering::Relaxed)) {
+                    Some(lane) => Arc::clone(lane),
+                    None => {
+                        let lane = Arc::new(self.lane());
+                        lanes.push(Arc::clone(&lane));
+                        lane
+                    }
+                }
+            }
+        };
+        lane.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(lane)
+    }
+
+    fn lane(&self) -> Lane {
+        let limit = Arc::new(AtomicUsize::new(self.default_limit));
+        let connector = ReadsStreamLimit {
+            inner: self.connector.clone(),
+            limit: Arc::clone(&limit),
+            prior_knowledge: self.prior_knowledge,
+        };
+        Lane {
+            client: pooled(connector, self.prior_knowledge),
+            in_flight: AtomicUsize::new(0),
+            limit,
+        }
+    }
+}
+
+/// One pool to an upstream and the requests in flight on it.
+struct Lane {
+    client: LaneClient,
+    in_flight: AtomicUsize,
+    /// The peer's stream limit on the lane's latest HTTP/2 connection.
+    limit: Arc<AtomicUsize>,
+}
+
+impl Lane {
+    fn has_room(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) < self.limit.load(Ordering::Relaxed)
+    }
+}
+
+/// A request counted in its lane until this is dropped.
+pub(crate) struct InFlight(Arc<Lane>);
+
+impl fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InFlight")
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A request on its lane, until the response's head.
+pub struct Sent {
+    inner: ResponseFuture,
+    in_flight: Option<InFlight>,
+    set: Arc<LaneSet>,
+}
+
+impl Future for Sent {
+    type Output = Result<Response<LaneBody>, hyper_util::client::legacy::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let answered = ready!(Pin::new(&mut self.inner).poll(cx));
+        let in_flight = self.in_flight.take();
+        Poll::Ready(answered.map(|response| {
+            if response.version() < http::Version::HTTP_2 {
+                self.set.http1.store(true, Ordering::Relaxed);
+            }
+            response.map(|body| LaneBody { body, in_flight })
+        }))
+    }
+}
+
+/// An upstream response's body, holding its request's place in its lane until it ends or
+/// is dropped.
+#[derive(Debug)]
+pub struct LaneBody {
+    body: Incoming,
+    in_flight: Option<InFlight>,
+}
+
+impl Body for LaneBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            self.in_flight = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests;
