@@ -550,6 +550,25 @@ async fn a_minted_token_works_as_a_bearer_until_it_expires() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_websocket_opened_with_a_token_takes_no_new_request_once_it_expired() {
+    let server = start(&config("", "")).await;
+    let (_, minted) = mint(&server, &bearer(KEY), json!({"ttl_s": 20})).await;
+    let token = minted["token"].as_str().expect("token");
+    let mut ws = ws_open(&server, &format!("/v1/ws?token={token}"), &[])
+        .await
+        .expect("upgrade with ?token=");
+    assert_eq!(ws_outcome(&mut ws, "r1", "chat").await["type"], "done", "while valid");
+    tokio::time::advance(Duration::from_secs(21)).await;
+    let after = ws_outcome(&mut ws, "r2", "chat").await;
+    assert_eq!(
+        (&after["type"], &after["class"]),
+        (&json!("error"), &json!("unauthenticated")),
+        "the socket outlives its token, its requests do not: {after}"
+    );
+    assert_eq!(after["code"], "token_expired", "{after}");
+}
+
 #[tokio::test]
 async fn a_token_rides_in_the_url_of_an_event_source_and_a_websocket_but_a_key_never_does() {
     let server = start(&config("", "")).await;

@@ -202,6 +202,7 @@ impl Access {
                 key: find_key(keys, &credential::sha256(key)).ok_or(Refusal::BadKey)?,
                 via: Via::Key,
                 token_models: None,
+                expires: None,
             },
             Presented::Token(token) => self.token_caller(keys, token)?,
         };
@@ -226,6 +227,7 @@ impl Access {
             key: Arc::clone(key),
             via: Via::Token,
             token_models: claims.models,
+            expires: Some((claims.exp, self.clock)),
         })
     }
 

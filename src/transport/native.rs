@@ -81,7 +81,8 @@ pub enum ServerMessage {
     },
 }
 
-/// Why a resumable stream ended or could not be read: the `code` of its `error`.
+/// Why a resumable stream ended or could not be read, or why a WebSocket refused one frame
+/// while its requests go on: the `code` of its `error`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamCode {
@@ -98,6 +99,10 @@ pub enum StreamCode {
     Gone,
     /// The stream token is missing or wrong.
     Forbidden,
+    /// A `chat` under an id that is open (WebSocket): not that request's terminal message.
+    DuplicateId,
+    /// A request sent after the credential the socket was opened with expired (WebSocket).
+    TokenExpired,
 }
 
 impl StreamCode {
@@ -111,6 +116,17 @@ impl StreamCode {
             StreamCode::NotFound => "not_found",
             StreamCode::Gone => "gone",
             StreamCode::Forbidden => "forbidden",
+            StreamCode::DuplicateId => "bad_request",
+            StreamCode::TokenExpired => "unauthenticated",
+        }
+    }
+
+    /// The code a refusal's reply carries, when it is one a native client is told.
+    fn of_reply(code: &str) -> Option<StreamCode> {
+        match code {
+            "duplicate_id" => Some(StreamCode::DuplicateId),
+            "token_expired" => Some(StreamCode::TokenExpired),
+            _ => None,
         }
     }
 }
@@ -159,7 +175,7 @@ impl ServerMessage {
             message: reply.message.clone(),
             retry_after_ms: reply.retry_after_ms(),
             envelope: reply.envelope.as_deref().cloned(),
-            code: None,
+            code: reply.code.and_then(StreamCode::of_reply),
             first_seq: None,
             stream: None,
         }

@@ -33,6 +33,9 @@ pub(super) struct Authed {
     pub(super) via: Via,
     /// A token's own model list, within its key's.
     pub(super) token_models: Option<Vec<String>>,
+    /// A token's expiry (unix seconds) and the clock it is read by: a WebSocket outlives the
+    /// upgrade its token was checked at, and each request on it is checked again.
+    pub(super) expires: Option<(u64, super::token::Clock)>,
 }
 
 /// A request let in: holds its stream slot, if its key limits streams.
@@ -60,10 +63,14 @@ impl Caller {
         })
     }
 
-    /// Checks the tenant the context names (from `x-tailcut-tenant`) against the key's, then
-    /// sets the key's tenant and name and caps the priority. Idempotent.
+    /// Checks that a token has not expired since it was presented, and the tenant the context
+    /// names (from `x-tailcut-tenant`) against the key's, then sets the key's tenant and name
+    /// and caps the priority. Idempotent.
     pub fn bind(&self, ctx: &mut RequestCtx) -> Result<(), Refusal> {
         let Some(a) = &self.authed else { return Ok(()) };
+        if a.expires.is_some_and(|(exp, clock)| clock.now_unix() >= exp) {
+            return Err(Refusal::ExpiredToken);
+        }
         let key = &a.key.config;
         ctx.key = Some(key.name.clone());
         if ctx.tenant.as_ref().is_some_and(|t| *t != key.tenant) {

@@ -265,9 +265,14 @@ where
     /// Why a new request cannot be opened under `id` on this socket, if it cannot.
     fn refuse_open(&self, id: &str) -> Option<ErrorReply> {
         if self.streams.contains(id) {
-            return Some(ErrorReply::bad_request(format!(
-                "request id {id:?} is already active on this connection"
-            )));
+            // About the refused frame, not the open request: `duplicate_id` tells a client
+            // that this is not that id's terminal message (its answer goes on).
+            return Some(ErrorReply {
+                code: Some("duplicate_id"),
+                ..ErrorReply::bad_request(format!(
+                    "request id {id:?} is already active on this connection; that request goes on"
+                ))
+            });
         }
         if self.streams.len() >= self.max_requests {
             return Some(ErrorReply {
@@ -645,6 +650,10 @@ mod tests {
             (&err["type"], &err["id"], &err["class"]),
             (&json!("error"), &json!("c1"), &json!("bad_request")),
             "duplicate id"
+        );
+        assert_eq!(
+            err["code"], "duplicate_id",
+            "not the open request's terminal message: {err}"
         );
         assert!(!dropped.load(Ordering::SeqCst), "the first request keeps running");
     }
