@@ -639,6 +639,40 @@ async fn a_websocket_refuses_an_invalid_url_token_even_beside_a_valid_header_key
         .await
         .expect("a valid key and a valid token");
     assert_eq!(ws_outcome(&mut ws, "r1", "chat").await["type"], "done", "served");
+
+    // The same rule on the EventSource GET, and for a second credential header.
+    let q = serde_json::to_string(&openai_body("chat")).expect("JSON");
+    let stream = |token: &str| {
+        reqwest::Url::parse_with_params(&server.url("/v1/stream"), &[("q", q.as_str()), ("token", token)]).expect("url")
+    };
+    let forged = client()
+        .get(stream("tct_forged.signature"))
+        .header("authorization", &key)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(
+        forged.status(),
+        401,
+        "a forged ?token= beside a valid key on /v1/stream"
+    );
+    let both = client()
+        .get(stream(token))
+        .header("authorization", &key)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(both.status(), 200, "a valid key and a valid token");
+    let d = Dialects { server: &server };
+    let (status, _, body) = d
+        .openai(
+            "chat",
+            &[("authorization", &key), ("x-api-key", "tc_not-a-key-0000000000")],
+        )
+        .await;
+    assert_eq!(status, 401, "a wrong x-api-key beside a valid Authorization: {body}");
+    let (status, _, body) = d.openai("chat", &[("authorization", &key), ("x-api-key", KEY)]).await;
+    assert_eq!(status, 200, "the same key twice is fine: {body}");
 }
 
 #[tokio::test]

@@ -41,7 +41,7 @@ pub mod token;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap};
 use parking_lot::Mutex;
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
@@ -193,23 +193,42 @@ impl Access {
                 across: None,
             });
         };
-        let authed = match credential::presented(headers, query_token) {
-            Presented::Nothing => return Err(Refusal::MissingKey),
-            Presented::Unreadable => return Err(Refusal::BadKey),
-            Presented::KeyInUrl => return Err(Refusal::KeyInUrl),
-            Presented::Repeated(name) => return Err(Refusal::Repeated(name)),
-            Presented::Key(key) => Authed {
-                key: find_key(keys, &credential::sha256(key)).ok_or(Refusal::BadKey)?,
-                via: Via::Key,
-                token_models: None,
-                expires: None,
-            },
-            Presented::Token(token) => self.token_caller(keys, token)?,
-        };
+        let authed = self.resolve(keys, credential::presented(headers, query_token))?;
+        // The first credential by precedence is the one used (`Authorization`, `x-api-key`,
+        // then `?token=`), but every one presented must be valid: a client would otherwise
+        // never learn that the token its page holds, or a second header, is wrong or expired.
+        let header_key = headers.get(header::AUTHORIZATION).is_some() || headers.get("x-api-key").is_some();
+        if headers.get(header::AUTHORIZATION).is_some() {
+            if let Some(api_key) = headers.get("x-api-key") {
+                let mut only = HeaderMap::new();
+                only.insert("x-api-key", api_key.clone());
+                self.resolve(keys, credential::presented(&only, None))?;
+            }
+        }
+        if let Some(token) = query_token.filter(|t| header_key && !t.trim().is_empty()) {
+            self.resolve(keys, credential::presented(&HeaderMap::new(), Some(token)))?;
+        }
         Ok(Caller {
             authed: Some(authed),
             across: self.across.clone(),
         })
+    }
+
+    /// The key a presented credential is, if it is a valid one.
+    fn resolve(&self, keys: &[Arc<KeyEntry>], presented: Presented<'_>) -> Result<Authed, Refusal> {
+        match presented {
+            Presented::Nothing => Err(Refusal::MissingKey),
+            Presented::Unreadable => Err(Refusal::BadKey),
+            Presented::KeyInUrl => Err(Refusal::KeyInUrl),
+            Presented::Repeated(name) => Err(Refusal::Repeated(name)),
+            Presented::Key(key) => Ok(Authed {
+                key: find_key(keys, &credential::sha256(key)).ok_or(Refusal::BadKey)?,
+                via: Via::Key,
+                token_models: None,
+                expires: None,
+            }),
+            Presented::Token(token) => self.token_caller(keys, token),
+        }
     }
 
     fn token_caller(&self, keys: &[Arc<KeyEntry>], token: &str) -> Result<Authed, Refusal> {

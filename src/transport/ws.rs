@@ -75,16 +75,6 @@ pub async fn upgrade(
         Ok(caller) => caller,
         Err(refusal) => return super::native_sse::error_response(&refusal.reply(), &base.request_id),
     };
-    // The headers' credential is the one used; a `?token=` beside it must still be valid,
-    // or a client would never learn that the token its page holds is wrong or expired.
-    if let Some(token) = query_token.as_deref().filter(|t| !t.trim().is_empty()) {
-        if presents_header_credential(&headers) {
-            let mut alone = base.clone();
-            if let Err(refusal) = state.access.authorize(&HeaderMap::new(), Some(token), &mut alone) {
-                return super::native_sse::error_response(&refusal.reply(), &base.request_id);
-            }
-        }
-    }
     let gateway = state.gateway.clone();
     let caller_for_slots = caller.clone();
     let chat = caller.gated(move |req, ctx| gateway.chat(req, ctx));
@@ -192,11 +182,6 @@ fn slots(state: &AppState, caller: super::auth::Caller) -> session::Slots {
             .map(|slot| Box::new(slot) as Box<dyn Send>)
             .ok_or_else(ErrorReply::busy)
     })
-}
-
-/// Does the upgrade carry a key or token in its headers (`Authorization`, `x-api-key`)?
-fn presents_header_credential(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::AUTHORIZATION) || headers.contains_key("x-api-key")
 }
 
 /// Browsers always send `Origin` on an upgrade; other clients usually do not. No Origin is
