@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn a_pattern_that_compiles_to_megabytes_is_refused() {
-        let heavy = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "\\w{2000}\\d{2000}"}}});
+        let heavy = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "\\w{2000}\\d{2000}\\s{2000}"}}});
         let err = check(&request(vec![tool("heavy", heavy)])).expect_err("over the pattern size limit");
         assert_eq!(err.code, Some("invalid_tool_schema"), "{}", err.message);
         let plain = json!({"type": "object", "properties": {"d": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}}});
@@ -247,6 +247,19 @@ mod tests {
             check(&request(vec![tool("date", plain)])).is_ok(),
             "an ordinary pattern compiles"
         );
+        for ordinary in [
+            "^\\w{1,100}$",
+            "^[\\w.+-]+@[\\w-]+\\.[\\w.]+$",
+            "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}Z$",
+            // A Unicode class under a counted repetition (`[\\p{L}\\s'-]{0,63}`) compiles
+            // past the limit; under `*` it is small.
+            "^\\p{L}[\\p{L}\\s'-]*$",
+            "^(?=.*[A-Z])[A-Za-z0-9]{8,64}$",
+        ] {
+            let schema = json!({"type": "object", "properties": {"s": {"type": "string", "pattern": ordinary}}});
+            let checked = check(&request(vec![tool("ordinary", schema)]));
+            assert!(checked.is_ok(), "{ordinary}: {:?}", checked.err().map(|e| e.message));
+        }
     }
 
     #[test]
