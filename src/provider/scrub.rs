@@ -26,11 +26,10 @@ use std::task::{Context, Poll};
 use futures::Stream;
 
 use super::error::{
-    any_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans, FRAGMENT_CHARS,
+    any_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans, replace_spans,
+    FRAGMENT_CHARS, REDACTED,
 };
 use super::{Delta, DeltaStream, ProviderError, ToolFragment};
-
-const REDACTED: &str = "[redacted]";
 
 /// The shortest end of a piece held back as the possible start of a key.
 const HOLD_MIN: usize = 4;
@@ -75,28 +74,12 @@ impl Carry {
             self.in_key = text.is_empty();
         }
         let joined = format!("{}{text}", self.context);
-        let offset = self.context.len();
-        let mut out = String::with_capacity(text.len());
-        let mut copied = offset;
-        let mut spans = registered_spans(&joined);
-        spans.sort_unstable();
-        for (start, end) in spans {
-            if end <= copied {
-                continue;
-            }
-            let start = start.max(copied);
-            out.push_str(&joined[copied..start]);
-            if start > copied || !out.ends_with(REDACTED) {
-                out.push_str(REDACTED);
-            }
-            copied = end;
-            // A fragment's match runs to the end of its word: at the end of the piece, the
-            // word may go on in the next one.
-            if end == joined.len() && !ends_with_registered(&joined[..end]) {
-                self.in_key = true;
-            }
+        let (mut out, last_end) = replace_spans(&joined, registered_spans(&joined), self.context.len());
+        // A fragment's match runs to the end of its word: at the end of the piece, the word
+        // may go on in the next one.
+        if last_end == joined.len() && !ends_with_registered(&joined) {
+            self.in_key = true;
         }
-        out.push_str(&joined[copied..]);
         let hold = if out.ends_with(REDACTED) {
             0
         } else {

@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::sync::{PoisonError, RwLock};
 
-const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Header and field names whose value is a credential. `api-key` also finds `x-api-key`
 /// and `x-goog-api-key`; `authorization` also finds `proxy-authorization`.
@@ -101,12 +101,20 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     if spans.is_empty() {
         return Cow::Borrowed(text);
     }
+    Cow::Owned(replace_spans(text, spans, 0).0)
+}
+
+/// `text[from..]` with every span (byte ranges of `text`, in any order, overlapping or not)
+/// replaced by one `[redacted]`, a span starting before `from` cut at it; and the end of the
+/// last span replaced (0 when none was).
+pub(crate) fn replace_spans(text: &str, mut spans: Vec<(usize, usize)>, from: usize) -> (String, usize) {
     spans.sort_unstable();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
+    let mut out = String::with_capacity(text.len() - from);
+    let mut copied = from;
+    let mut last_end = 0;
     for (start, end) in spans {
         if end <= copied {
-            continue; // inside a span already replaced
+            continue; // inside a span already replaced, or before `from`
         }
         let start = start.max(copied);
         out.push_str(&text[copied..start]);
@@ -114,9 +122,10 @@ pub fn redact(text: &str) -> Cow<'_, str> {
             out.push_str(REDACTED);
         }
         copied = end;
+        last_end = end;
     }
     out.push_str(&text[copied..]);
-    Cow::Owned(out)
+    (out, last_end)
 }
 
 /// Whether any secret is registered (a process without route keys scans nothing).
