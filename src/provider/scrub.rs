@@ -76,8 +76,9 @@ impl Carry {
         let joined = format!("{}{text}", self.context);
         let (mut out, last_end) = replace_spans(&joined, registered_spans(&joined), self.context.len());
         // A fragment's match runs to the end of its word: at the end of the piece, the word
-        // may go on in the next one.
-        if last_end == joined.len() && !ends_with_registered(&joined) {
+        // may go on in the next one. (No span replaced: nothing to go on, even when the piece
+        // and its context are empty, as a tool call's first fragment's arguments are.)
+        if last_end == Some(joined.len()) && !ends_with_registered(&joined) {
             self.in_key = true;
         }
         let hold = if out.ends_with(REDACTED) {
@@ -107,6 +108,11 @@ impl Carry {
             self.context.drain(..cut);
         }
     }
+}
+
+/// Whether `s` holds a registered key, or an echo of one cut short.
+fn holds_registered(s: &str) -> bool {
+    !registered_spans(s).is_empty()
 }
 
 fn floor_boundary(s: &str, mut at: usize) -> usize {
@@ -167,6 +173,14 @@ impl Scrubbed {
                 (!out.is_empty()).then_some(Delta::Text(out))
             }
             Delta::ToolFragment(mut f) => {
+                // An id or a name comes whole in one fragment: no carry. A replaced id is
+                // still unique within the answer, as the client's tool result must name it.
+                if f.id.as_deref().is_some_and(holds_registered) {
+                    f.id = Some(format!("call_{}_{REDACTED}", f.index));
+                }
+                if let Some(name) = f.name.as_mut().filter(|n| holds_registered(n)) {
+                    *name = replace_spans(name, registered_spans(name), 0).0;
+                }
                 f.arguments = self.state.pass(&f.arguments);
                 // The first fragment carries the call's id and name: it goes on even empty.
                 (!f.arguments.is_empty() || f.id.is_some() || f.name.is_some()).then_some(Delta::ToolFragment(f))
@@ -323,6 +337,72 @@ mod tests {
             .collect();
         assert_eq!(args, format!("{{\"k\": \"{REDACTED}\"}}"), "{got:?}");
         assert!(matches!(&got[0], Delta::ToolFragment(f) if f.id.as_deref() == Some("c")));
+    }
+
+    fn fragment(index: u32, id: Option<&str>, name: Option<&str>, arguments: &str) -> Delta {
+        Delta::tool(ToolFragment {
+            index,
+            id: id.map(Into::into),
+            name: name.map(Into::into),
+            arguments: arguments.into(),
+        })
+    }
+
+    fn arguments_of(deltas: &[Delta], index: u32) -> String {
+        deltas
+            .iter()
+            .filter_map(|d| match d {
+                Delta::ToolFragment(f) if f.index == index => Some(f.arguments.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_first_fragment_has_empty_arguments_keeps_every_argument_byte() {
+        // As api.openai.com streams a call: id and name with `arguments: ""`, then pieces;
+        // a second call after it the same way. With a key registered, nothing is dropped.
+        let got = run(vec![
+            fragment(0, Some("call_a"), Some("get_weather"), ""),
+            fragment(0, None, None, "{\"ci"),
+            fragment(0, None, None, "ty\": \"Paris\"}"),
+            Delta::ToolEnd { index: 0 },
+            fragment(1, Some("call_b"), Some("get_time"), ""),
+            fragment(1, None, None, "{\"tz\":"),
+            fragment(1, None, None, " \"CET\"}"),
+            Delta::ToolEnd { index: 1 },
+        ])
+        .await;
+        assert_eq!(arguments_of(&got, 0), "{\"city\": \"Paris\"}", "{got:?}");
+        assert_eq!(arguments_of(&got, 1), "{\"tz\": \"CET\"}", "{got:?}");
+        let text = run(texts(&["", "hello ", "world"])).await;
+        assert_eq!(text_of(&text), "hello world", "an empty text delta first drops nothing");
+    }
+
+    #[tokio::test]
+    async fn a_key_echoed_in_a_call_id_or_name_never_goes_out() {
+        let got = run(vec![
+            fragment(0, Some(KEY), Some("f"), ""),
+            fragment(0, None, None, "{}"),
+            Delta::ToolEnd { index: 0 },
+            fragment(1, Some(&format!("id-{KEY}")), Some(&format!("g{KEY}")), "{}"),
+            Delta::ToolEnd { index: 1 },
+        ])
+        .await;
+        let ids: Vec<&str> = got
+            .iter()
+            .filter_map(|d| match d {
+                Delta::ToolFragment(f) => f.id.as_deref(),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [format!("call_0_{REDACTED}"), format!("call_1_{REDACTED}")],
+            "{got:?}"
+        );
+        assert!(!format!("{got:?}").contains("scrubtest"), "{got:?}");
+        assert_eq!(arguments_of(&got, 0), "{}");
     }
 
     #[tokio::test]

@@ -106,12 +106,12 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 
 /// `text[from..]` with every span (byte ranges of `text`, in any order, overlapping or not)
 /// replaced by one `[redacted]`, a span starting before `from` cut at it; and the end of the
-/// last span replaced (0 when none was).
-pub(crate) fn replace_spans(text: &str, mut spans: Vec<(usize, usize)>, from: usize) -> (String, usize) {
+/// last span replaced (`None` when none was).
+pub(crate) fn replace_spans(text: &str, mut spans: Vec<(usize, usize)>, from: usize) -> (String, Option<usize>) {
     spans.sort_unstable();
     let mut out = String::with_capacity(text.len() - from);
     let mut copied = from;
-    let mut last_end = 0;
+    let mut last_end = None;
     for (start, end) in spans {
         if end <= copied {
             continue; // inside a span already replaced, or before `from`
@@ -122,7 +122,7 @@ pub(crate) fn replace_spans(text: &str, mut spans: Vec<(usize, usize)>, from: us
             out.push_str(REDACTED);
         }
         copied = end;
-        last_end = end;
+        last_end = Some(end);
     }
     out.push_str(&text[copied..]);
     (out, last_end)
