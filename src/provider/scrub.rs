@@ -110,9 +110,11 @@ impl Carry {
     }
 }
 
-/// Whether `s` holds a registered key, or an echo of one cut short.
-fn holds_registered(s: &str) -> bool {
-    !registered_spans(s).is_empty()
+/// `s` with its registered keys (or echoes of one cut short) replaced; `None` when it holds
+/// none.
+fn scrub_whole(s: &str) -> Option<String> {
+    let spans = registered_spans(s);
+    (!spans.is_empty()).then(|| replace_spans(s, spans, 0).0)
 }
 
 fn floor_boundary(s: &str, mut at: usize) -> usize {
@@ -175,11 +177,11 @@ impl Scrubbed {
             Delta::ToolFragment(mut f) => {
                 // An id or a name comes whole in one fragment: no carry. A replaced id is
                 // still unique within the answer, as the client's tool result must name it.
-                if f.id.as_deref().is_some_and(holds_registered) {
+                if f.id.as_deref().and_then(scrub_whole).is_some() {
                     f.id = Some(format!("call_{}_{REDACTED}", f.index));
                 }
-                if let Some(name) = f.name.as_mut().filter(|n| holds_registered(n)) {
-                    *name = replace_spans(name, registered_spans(name), 0).0;
+                if let Some(clean) = f.name.as_deref().and_then(scrub_whole) {
+                    f.name = Some(clean);
                 }
                 f.arguments = self.state.pass(&f.arguments);
                 // The first fragment carries the call's id and name: it goes on even empty.
