@@ -19,9 +19,10 @@
 //! Below the limit, streams share one connection. An HTTP/1.1 upstream (known from its first
 //! answer) uses one lane: its pool already opens a connection per request in flight.
 //!
-//! Known limit: until a lane's first connection has read the peer's preface, the lane takes
-//! up to the default; a peer that allows fewer sees those first streams queue in hyper until
-//! some end. Only the preface's limit is read, not a later change.
+//! A new lane assumes the smallest limit its siblings have read from the peer. Known limit:
+//! until the first lane's connection has read the peer's preface, that lane takes up to the
+//! default; a peer that allows fewer sees those first streams queue in hyper until some end.
+//! Only the preface's limit is read, not a later change.
 //!
 //! Bounded: lanes per upstream by `MAX_LANES`, upstreams by `MAX_UPSTREAMS` (they come from
 //! the route config, never from a request; past the bound they share one overflow set).
@@ -159,7 +160,7 @@ impl LaneSet {
         let lane = match pick {
             Some(lane) => lane,
             None if lanes.len() < MAX_LANES => {
-                let lane = Arc::new(self.lane());
+                let lane = Arc::new(self.lane(&lanes));
                 lanes.push(Arc::clone(&lane));
                 lane
             }
@@ -174,7 +175,7 @@ impl LaneSet {
                 match lanes.iter().min_by_key(|lane| lane.in_flight.load(Ordering::Relaxed)) {
                     Some(lane) => Arc::clone(lane),
                     None => {
-                        let lane = Arc::new(self.lane());
+                        let lane = Arc::new(self.lane(&lanes));
                         lanes.push(Arc::clone(&lane));
                         lane
                     }
@@ -185,8 +186,17 @@ impl LaneSet {
         InFlight(lane)
     }
 
-    fn lane(&self) -> Lane {
-        let limit = Arc::new(AtomicUsize::new(self.default_limit));
+    /// A new lane, taking the smallest limit its siblings have read from the same peer
+    /// (the default when it has none): a peer that allows one stream per connection would
+    /// otherwise see a burst queue on the new lane's one connection until its preface came.
+    fn lane(&self, siblings: &[Arc<Lane>]) -> Lane {
+        let assumed = siblings
+            .iter()
+            .map(|lane| lane.limit.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(self.default_limit)
+            .max(1);
+        let limit = Arc::new(AtomicUsize::new(assumed));
         let connector = ReadsStreamLimit {
             inner: self.connector.clone(),
             limit: Arc::clone(&limit),

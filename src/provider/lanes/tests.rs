@@ -132,6 +132,22 @@ async fn streams_beyond_a_connections_limit_go_over_another_connection() {
 }
 
 #[tokio::test]
+async fn a_new_lane_takes_the_limit_already_read_from_the_peer() {
+    let server = HoldingServer::start(Speaks::H2c(1)).await;
+    let (client, lanes) = http_client_taking(DEFAULT_STREAMS_PER_CONNECTION);
+    let client = client.with_http2_prior_knowledge();
+    let url = server.url();
+    // The first stream's connection reads the peer's limit of 1.
+    let first = head(&client, &url).await;
+    // A burst, each taking its lane before any new connection has read a preface: each new
+    // lane assumes 1, not the default, so none queues behind another on one connection.
+    let burst = futures::future::join_all((0..4).map(|_| head(&client, &url))).await;
+    assert_eq!(server.accepted(), 5, "one connection per stream");
+    assert_eq!(lanes.to(&url.parse().expect("uri"), true), (5, 5));
+    drop((first, burst));
+}
+
+#[tokio::test]
 async fn streams_below_the_limit_share_one_connection() {
     let server = HoldingServer::start(Speaks::H2c(8)).await;
     let (client, lanes) = http_client_taking(DEFAULT_STREAMS_PER_CONNECTION);
