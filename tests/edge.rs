@@ -147,3 +147,47 @@ fn check_config_lists_every_problem_and_fails() {
         String::from_utf8_lossy(&ok.stderr)
     );
 }
+
+#[tokio::test]
+async fn a_non_streaming_answer_past_max_answer_bytes_is_a_502_and_a_streamed_one_is_whole() {
+    let toml =
+        config_toml(&[("a", "openai", "steady")], QUICK).replacen("[server]\n", "[server]\nmax_answer_bytes = 16\n", 1);
+    let server = start(&toml).await;
+    let resp = post_chat(&server, &chat_body(false)).await;
+    assert_eq!(resp.status(), 502);
+    let json: serde_json::Value = resp.json().await.expect("a JSON error body");
+    assert_eq!(json["error"]["code"], "answer_too_large", "{json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_answer_bytes")),
+        "{json}"
+    );
+
+    let resp = client()
+        .post(server.url("/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .json(&serde_json::json!({
+            "model": "chat",
+            "max_tokens": 100,
+            "messages": [{"role": "user", "content": "Say something."}],
+        }))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status(), 502);
+    let json: serde_json::Value = resp.json().await.expect("a JSON error body");
+    assert_eq!(json["type"], "error", "{json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_answer_bytes")),
+        "{json}"
+    );
+
+    // Streamed, the same answer is relayed as it comes, not gathered: the limit does not apply.
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.done(), "{}", reply.raw);
+    assert!(reply.text().len() > 16, "{}", reply.text());
+}

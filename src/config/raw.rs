@@ -18,6 +18,7 @@ pub struct RawServer {
     pub max_header_bytes: Option<usize>,
     pub max_headers: Option<usize>,
     pub max_body_bytes: Option<usize>,
+    pub max_answer_bytes: Option<usize>,
     pub max_connections: Option<usize>,
     pub max_streams: Option<usize>,
     pub sse_keepalive_ms: Option<u64>,

@@ -26,6 +26,7 @@ impl Validator {
             max_header_bytes: s.max_header_bytes.unwrap_or(64 * 1024),
             max_headers: s.max_headers.unwrap_or(100),
             max_body_bytes: s.max_body_bytes.unwrap_or(4 * 1024 * 1024),
+            max_answer_bytes: s.max_answer_bytes.unwrap_or(8 * 1024 * 1024).max(1),
             max_connections: s.max_connections.unwrap_or(10_000),
             max_streams: s.max_streams.unwrap_or(5_000),
             sse_keepalive: ms(s.sse_keepalive_ms.unwrap_or(15_000)),

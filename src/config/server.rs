@@ -27,6 +27,9 @@ pub struct ServerConfig {
     pub max_header_bytes: usize,
     pub max_headers: usize,
     pub max_body_bytes: usize,
+    /// The most a non-streaming answer (text and tool calls) may gather before it is refused:
+    /// an upstream that ignores `max_tokens` must not cost its whole answer in memory.
+    pub max_answer_bytes: usize,
     pub max_connections: usize,
     pub max_streams: usize,
     /// SSE `: ping` comment interval.

@@ -31,11 +31,14 @@ pub struct Reply {
     /// The client's model name, used only if the envelope names no upstream model.
     pub alias: String,
     pub stream: bool,
+    /// `server.max_answer_bytes`: the most a non-streaming answer may gather.
+    pub max_answer_bytes: usize,
     pub keepalive: Duration,
 }
 
 pub async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let keepalive = state.config.server.sse_keepalive;
+    let max_answer_bytes = state.config.server.max_answer_bytes;
     let limits = state.config.server.request_limits;
     let prepare = |ctx: &mut RequestCtx| {
         require_json(&headers)?;
@@ -45,6 +48,7 @@ pub async fn messages(State(state): State<AppState>, headers: HeaderMap, body: B
             request_id: ctx.request_id.clone(),
             alias: req.model.clone(),
             stream: req.stream,
+            max_answer_bytes,
             keepalive,
         };
         Ok((req, how))
@@ -75,7 +79,7 @@ pub async fn reply(mut events: EventStream, how: Reply, permit: OwnedSemaphorePe
         let frames = encoded(first, events, encoder);
         return sse_response(headers, frames, how.keepalive, Bytes::from_static(PING_EVENT), permit);
     }
-    let answer = drain(start, events).await;
+    let answer = drain(start, events, how.max_answer_bytes).await;
     drop(permit);
     match answer {
         Ok(answer) => json_response(
@@ -113,6 +117,7 @@ mod tests {
             request_id: "req_t2".into(),
             alias: "chat".into(),
             stream,
+            max_answer_bytes: usize::MAX,
             keepalive: Duration::from_secs(15),
         }
     }

@@ -225,6 +225,20 @@ impl ErrorReply {
         }
     }
 
+    /// A non-streaming answer grew past `server.max_answer_bytes` (an upstream that ignores
+    /// `max_tokens`); it was cut there and nothing of it is sent.
+    pub fn answer_too_large(limit: usize, envelope: Envelope) -> Self {
+        ErrorReply {
+            code: Some("answer_too_large"),
+            envelope: Some(Box::new(envelope)),
+            ..ErrorReply::new(
+                502,
+                ErrorClass::InvalidOutput,
+                format!("the upstream's answer exceeds the {limit}-byte limit for a non-streaming answer (server.max_answer_bytes); ask with stream: true or a lower max_tokens"),
+            )
+        }
+    }
+
     /// The mux restarted the answer, and this dialect cannot take back text already sent.
     pub fn reset(reason: &str, envelope: Option<Envelope>) -> Self {
         ErrorReply {

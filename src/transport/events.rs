@@ -40,18 +40,36 @@ pub struct Answer {
 /// was sent yet, so a restart is invisible here). A truncated answer, an error after
 /// commit, or a stream that stops without finishing becomes an error reply: a
 /// non-streaming client must never get a partial answer that looks complete.
-pub async fn drain(start: Envelope, mut events: EventStream) -> Result<Answer, ErrorReply> {
+///
+/// Bounded: text and tool calls past `max_bytes` (`server.max_answer_bytes`) end the drain
+/// with an error (dropping `events` cancels the upstream), so an upstream that ignores
+/// `max_tokens` costs at most that much memory per request, never its whole answer.
+pub async fn drain(start: Envelope, mut events: EventStream, max_bytes: usize) -> Result<Answer, ErrorReply> {
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     let mut usage = None;
+    let mut gathered = 0usize;
     while let Some(event) = events.next().await {
         match event {
             StreamEvent::Start(_) | StreamEvent::RouteSwitch { .. } => {}
-            StreamEvent::TextDelta(t) => text.push_str(&t),
-            StreamEvent::ToolCall(call) => tool_calls.push(*call),
+            StreamEvent::TextDelta(t) => {
+                gathered = gathered.saturating_add(t.len());
+                if gathered > max_bytes {
+                    return Err(ErrorReply::answer_too_large(max_bytes, start));
+                }
+                text.push_str(&t);
+            }
+            StreamEvent::ToolCall(call) => {
+                gathered = gathered.saturating_add(call.id.len() + call.name.len() + call.arguments.len());
+                if gathered > max_bytes {
+                    return Err(ErrorReply::answer_too_large(max_bytes, start));
+                }
+                tool_calls.push(*call);
+            }
             StreamEvent::Reset { .. } => {
                 text.clear();
                 tool_calls.clear();
+                gathered = 0;
             }
             StreamEvent::Usage(u) => usage = Some(u),
             StreamEvent::Finish {
@@ -143,7 +161,7 @@ mod tests {
             }),
             finish(FinishReason::ToolCalls),
         ]);
-        let answer = drain(Envelope::default(), s).await;
+        let answer = drain(Envelope::default(), s, usize::MAX).await;
         let answer = answer.as_ref().ok();
         assert_eq!(answer.map(|a| a.text.as_str()), Some("Hello"), "text is joined");
         assert_eq!(
@@ -168,7 +186,7 @@ mod tests {
             StreamEvent::TextDelta("right".into()),
             finish(FinishReason::Stop),
         ]);
-        let text = drain(Envelope::default(), s).await.map(|a| a.text);
+        let text = drain(Envelope::default(), s, usize::MAX).await.map(|a| a.text);
         assert_eq!(text, Ok("right".to_string()), "only the text after the reset survives");
     }
 
@@ -178,7 +196,7 @@ mod tests {
             StreamEvent::TextDelta("par".into()),
             finish(FinishReason::Truncated),
         ]);
-        let reply = drain(Envelope::default(), s).await.err();
+        let reply = drain(Envelope::default(), s, usize::MAX).await.err();
         assert_eq!(
             reply.and_then(|r| r.code),
             Some("truncated"),
@@ -186,11 +204,60 @@ mod tests {
         );
 
         let s = events(vec![StreamEvent::TextDelta("par".into())]);
-        let reply = drain(Envelope::default(), s).await.err();
+        let reply = drain(Envelope::default(), s, usize::MAX).await.err();
         assert_eq!(
             reply.map(|r| r.status),
             Some(500),
             "a stream that just stops is an error"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_limit_is_refused_and_stops_being_read() {
+        let read = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&read);
+        // An upstream that never stops: the drain must end at the limit, not gather forever.
+        let endless = stream::repeat_with(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            StreamEvent::TextDelta("0123456789".into())
+        });
+        let reply = drain(Envelope::default(), Box::pin(endless), 95).await.err();
+        assert_eq!(reply.as_ref().and_then(|r| r.code), Some("answer_too_large"));
+        assert_eq!(reply.map(|r| r.status), Some(502));
+        assert_eq!(
+            read.load(std::sync::atomic::Ordering::Relaxed),
+            10,
+            "read up to the limit and no further"
+        );
+
+        // Exactly at the limit is whole; a reset starts the count again; tool calls count.
+        let call = ToolCall {
+            index: 0,
+            id: "c".into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+        };
+        let s = events(vec![
+            StreamEvent::TextDelta("012345678".into()),
+            StreamEvent::Reset {
+                reason: "route failed".into(),
+            },
+            StreamEvent::TextDelta("01234".into()),
+            StreamEvent::ToolCall(Box::new(call.clone())),
+            finish(FinishReason::ToolCalls),
+        ]);
+        let answer = drain(Envelope::default(), s, 9).await.map(|a| a.text);
+        assert_eq!(answer, Ok("01234".to_string()));
+        let s = events(vec![
+            StreamEvent::TextDelta("01234".into()),
+            StreamEvent::ToolCall(Box::new(call)),
+            finish(FinishReason::ToolCalls),
+        ]);
+        let reply = drain(Envelope::default(), s, 8).await.err();
+        assert_eq!(
+            reply.and_then(|r| r.code),
+            Some("answer_too_large"),
+            "5 + 4 bytes of call is over 8"
         );
     }
 }
