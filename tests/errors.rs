@@ -32,6 +32,8 @@ ttft = {{ median_ms = 30000.0, sigma = 0.0 }}
 failure = {{ status = 429, retry_after_s = 3 }}
 [sim.scenarios.broken]
 failure = {{ status = 500 }}
+[sim.scenarios.busy]
+failure = {{ status = 503, retry_after_s = 2 }}
 [[routes]]
 name = "quick"
 provider = "simulated"
@@ -65,6 +67,14 @@ routes = ["limited"]
 hedge = false
 [models.broken]
 routes = ["broken"]
+hedge = false
+[[routes]]
+name = "busy"
+provider = "simulated"
+scenario = "busy"
+region = "eu"
+[models.busy]
+routes = ["busy"]
 hedge = false
 {extra}"#
     )
@@ -301,6 +311,19 @@ async fn limits_are_429_with_retry_after_and_deadlines_are_504_without() {
             "api_error",
             false,
         );
+
+        // Every route said 503 and named a wait: the upstream's own hint is passed on.
+        let r = send(&server, d, &body(d, "busy", "hi"), &[]).await;
+        row(
+            "every route said 503 with Retry-After",
+            d,
+            &r,
+            503,
+            ("server_error", "unavailable"),
+            "api_error",
+            true,
+        );
+        assert_eq!(r.header("retry-after"), Some("2"), "{d:?}: the upstream's hint");
     }
 }
 

@@ -91,7 +91,9 @@ impl Run {
         } else if fails.iter().any(|f| f.class == ErrorClass::Timeout) {
             (ErrorClass::Timeout, 504, None)
         } else if fails.iter().all(|f| f.status == Some(503)) {
-            (ErrorClass::Unavailable, 503, None)
+            // Every route said 503: the soonest any of them said to come back, if one did
+            // (an upstream's own hint, never a guess).
+            (ErrorClass::Unavailable, 503, self.retry_hints.iter().min().copied())
         } else {
             (ErrorClass::Unavailable, 502, None)
         };
