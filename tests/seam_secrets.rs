@@ -1,7 +1,8 @@
 //! A route key cut by a mid-stream failover: a hostile upstream on the OpenAI wire echoes the
 //! route's key into its answer and is cut `k` bytes into it, for every `k`; the route that
-//! carries on (a continuation, or a restart) echoes the rest. No piece of the key beyond its
-//! first three characters may reach the client, and what the client holds is one answer.
+//! carries on (a continuation, or a restart) echoes the rest, or starts the answer over. No
+//! piece of the key beyond its first three characters may reach the client, and what the
+//! client holds is one answer.
 
 mod support;
 
@@ -71,7 +72,7 @@ fn prefill(body: &Value) -> Option<String> {
 
 /// Routes by the first word of the path: `cut{k}` streams the answer up to `k` bytes into
 /// the key and breaks; `cont{k}` continues the prefill it was sent (or, when the prefill holds
-/// a replaced key, carries on with the rest of the key after the cut); `whole` answers whole.
+/// a replaced key, carries on with the rest of the key after the cut); any other answers whole.
 async fn upstream(uri: Uri, Json(body): Json<Value>) -> Response {
     let answer = answer();
     let word = uri
@@ -116,18 +117,22 @@ fn route(name: &str, upstream: SocketAddr, prefill: bool) -> String {
     )
 }
 
-/// Per cut `k`: model `c{k}` (cut, then a route that continues) and `r{k}` (cut, then a
-/// route that cannot continue: the prose fallback, a restart).
+/// Per cut `k`: model `c{k}` (cut, then a route that continues), `r{k}` (cut, then a route
+/// that cannot continue: the prose fallback, a restart) and `s{k}` (cut, then a route sent
+/// the prefill that starts over).
 fn config(upstream: SocketAddr) -> String {
     let mut toml = String::from(
         "[server]\nlisten = \"127.0.0.1:0\"\nsse_keepalive_ms = 600000\n[limits]\nretry_budget_ratio = 1.0\nretry_budget_floor_per_sec = 1000.0\nblast_radius_floor_per_sec = 1000.0\n",
     );
     toml.push_str(&route("whole", upstream, false));
+    // Takes a prefill, and ignores it: answers whole.
+    toml.push_str(&route("again", upstream, true));
     for k in 0..=KEY.len() {
         toml.push_str(&route(&format!("cut{k}"), upstream, false));
         toml.push_str(&route(&format!("cont{k}"), upstream, true));
         toml.push_str(&format!("[models.c{k}]\nroutes = [\"cut{k}\", \"cont{k}\"]\n"));
         toml.push_str(&format!("[models.r{k}]\nroutes = [\"cut{k}\", \"whole\"]\n"));
+        toml.push_str(&format!("[models.s{k}]\nroutes = [\"cut{k}\", \"again\"]\n"));
     }
     toml
 }
@@ -185,6 +190,21 @@ async fn a_key_cut_at_every_offset_by_a_failover_never_reaches_the_client() {
         assert_eq!(done, Some(("done", Some("restart"))), "{model}: {seen}");
         let reply = post_sse(&base, &body(&model), &NO_HEDGE).await;
         assert_no_key_piece(&format!("{model}, restarted (OpenAI)"), &reply.raw);
+
+        if k >= PIECE {
+            // The continuation starts over: it repeats all the client holds (the key replaced
+            // as before the cut), so the repeat is swallowed, never spliced on.
+            let model = format!("s{k}");
+            let reply = post_sse(&base, &body(&model), &NO_HEDGE).await;
+            assert_no_key_piece(&format!("{model}, started over"), &reply.raw);
+            assert!(reply.done(), "{model}: {}", reply.raw);
+            assert_eq!(
+                reply.text(),
+                format!("{LEAD}[redacted]{TAIL}"),
+                "{model}: {}",
+                reply.raw
+            );
+        }
     }
     server.shutdown().await;
 }

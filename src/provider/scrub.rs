@@ -36,8 +36,8 @@ use std::task::{Context, Poll};
 use futures::Stream;
 
 use super::error::{
-    any_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans, replace_spans,
-    FRAGMENT_CHARS, REDACTED,
+    any_registered, continues_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans,
+    replace_spans, FRAGMENT_CHARS, REDACTED,
 };
 use super::{Delta, DeltaStream, ProviderError, ToolFragment};
 
@@ -88,6 +88,9 @@ struct Carry {
     held: String,
     context: String,
     in_key: bool,
+    /// After a seed ending with a replaced key: the start of the next word so far, held while
+    /// it could be the rest of that key (`None` once the word is judged).
+    seam_word: Option<String>,
 }
 
 impl Carry {
@@ -95,6 +98,19 @@ impl Carry {
     fn pass(&mut self, piece: &str) -> String {
         let mut text = std::mem::take(&mut self.held);
         text.push_str(piece);
+        if let Some(start) = self.seam_word.take() {
+            let end = text.find(ends_value).unwrap_or(text.len());
+            let word = format!("{start}{}", &text[..end]);
+            if !continues_registered(&word) {
+                // Not the rest of a key (a continuation that started over, say): passed on.
+                text.insert_str(0, &start);
+            } else if end == text.len() {
+                self.seam_word = Some(word);
+                return String::new();
+            } else {
+                text.drain(..end);
+            }
+        }
         if self.in_key {
             let rest = text.find(ends_value).unwrap_or(text.len());
             text.drain(..rest);
@@ -121,18 +137,21 @@ impl Carry {
     }
 
     /// Carries on from `committed`, text already passed on by an earlier attempt: its end is
-    /// the context, and when it ends with a replaced key the rest of that word is dropped
-    /// (the earlier attempt may have been cut inside the key; what the client holds cannot
-    /// say it was not).
+    /// the context, and when it ends with a replaced key (the earlier attempt may have been
+    /// cut inside it) a first word that could be the rest of a registered key is dropped.
+    /// Unlike the rest of a word within one attempt, it is judged first: a continuation that
+    /// starts over begins with the answer's first word, which the seam must see.
     fn seed(&mut self, committed: &str) {
         self.remember(committed);
-        self.in_key = committed.ends_with(REDACTED);
+        self.seam_word = committed.ends_with(REDACTED).then(String::new);
     }
 
     /// Everything held, at the end of the channel.
     fn flush(&mut self) -> String {
         self.context.clear();
         self.in_key = false;
+        // A first word still held as the possible rest of a key never goes out.
+        self.seam_word = None;
         std::mem::take(&mut self.held)
     }
 
@@ -546,6 +565,25 @@ mod tests {
                 format!("my key is {}{REDACTED} ok", &KEY[..HOLD_MIN - 1]),
                 "cut at {k}"
             );
+        }
+    }
+
+    #[tokio::test]
+    async fn after_a_replaced_key_only_the_rest_of_a_key_is_dropped() {
+        let committed = format!("my key is {REDACTED}");
+        let dripped: Vec<String> = KEY[14..].chars().map(String::from).chain([" ok".into()]).collect();
+        let dripped: Vec<&str> = dripped.iter().map(String::as_str).collect();
+        for (parts, expected) in [
+            (vec![&KEY[14..], " ok"], " ok".to_string()),
+            (dripped, " ok".to_string()),
+            (vec![&KEY[20..24]], String::new()),
+            (vec!["and then"], "and then".to_string()),
+            // A continuation that started over: its first word is the answer's, kept whole
+            // for the seam to see the repeat.
+            (vec!["my key is ", KEY, " ok"], format!("my key is {REDACTED} ok")),
+        ] {
+            let out = text_items(&run_from(&committed, texts(&parts).into_iter().map(Ok).collect()).await);
+            assert_eq!(out, expected, "{parts:?}");
         }
     }
 
