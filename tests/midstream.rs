@@ -250,3 +250,91 @@ async fn a_tool_call_that_dies_half_way_is_never_sent_and_restarts_seamlessly() 
         .collect();
     assert_eq!(deltas.len(), 1, "one whole tool call: {}", reply.raw);
 }
+
+/// `with_policy`'s routes, counting tokens with o200k (a word of `ANSWER` a token).
+fn counted_by_o200k(routes: &[(&str, &str, &str)], prose: &str) -> String {
+    let mut toml = with_policy(routes, prose);
+    for (name, _, _) in routes {
+        let model = format!("model = \"model-{name}\"\n");
+        toml = toml.replace(&model, &format!("{model}tokenizer = \"o200k\"\n"));
+    }
+    toml
+}
+
+fn completion_tokens(chunks: &[Value]) -> Option<Value> {
+    chunks
+        .iter()
+        .find_map(|c| c.get("usage").filter(|u| u.is_object()))
+        .map(|u| u["completion_tokens"].clone())
+}
+
+#[tokio::test]
+async fn a_continuation_asks_only_for_what_is_left_of_max_tokens_and_usage_counts_the_whole_answer() {
+    let server = start(&counted_by_o200k(
+        &[("a", "openai", "dropper"), ("b", "openai", "same")],
+        "[\"continue\", \"restart\"]",
+    ))
+    .await;
+    let mut body = chat_body(true);
+    body["max_tokens"] = json!(10);
+    body["stream_options"] = json!({"include_usage": true});
+    let reply = post_sse(&server.url(""), &body, &headers()).await;
+    assert!(reply.done(), "{}", reply.raw);
+    assert_eq!(reply.envelope()["policy"], "continue", "{}", reply.raw);
+    // Four words before the cut, then the six left of the ten asked for.
+    assert_eq!(
+        reply.text(),
+        "One two three four five six seven eight nine ten",
+        "{}",
+        reply.raw
+    );
+    let chunks = reply.chunks();
+    let finish = chunks
+        .iter()
+        .find_map(|c| c["choices"][0]["finish_reason"].as_str().map(str::to_string));
+    assert_eq!(finish.as_deref(), Some("length"), "{}", reply.raw);
+    assert_eq!(
+        completion_tokens(&chunks),
+        Some(json!(10)),
+        "usage counts the cut attempt's delivered tokens too: {}",
+        reply.raw
+    );
+
+    body["stream"] = json!(false);
+    let whole: Value = post_chat(&server, &body).await.json().await.expect("a JSON completion");
+    assert_eq!(
+        whole["choices"][0]["message"]["content"], "One two three four five six seven eight nine ten",
+        "{whole}"
+    );
+    assert_eq!(whole["usage"]["completion_tokens"], 10, "{whole}");
+    assert_eq!(
+        whole["usage"]["prompt_tokens"], 2,
+        "the client's prompt (two words), not the partial answer the continuation was also sent: {whole}"
+    );
+}
+
+#[tokio::test]
+async fn a_continuation_with_nothing_left_of_max_tokens_ends_with_length_and_no_attempt() {
+    // Routes without a known tokenizer estimate four bytes a token plus 10%: the 18 bytes of
+    // "One two three four" count as 6, all of the 5 asked for.
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper"), ("b", "openai", "same")],
+        "[\"continue\", \"restart\"]",
+    ))
+    .await;
+    let mut body = chat_body(true);
+    body["max_tokens"] = json!(5);
+    let reply = post_sse(&server.url(""), &body, &headers()).await;
+    assert!(reply.done(), "{}", reply.raw);
+    assert_eq!(reply.text(), "One two three four", "{}", reply.raw);
+    let finish = reply
+        .chunks()
+        .iter()
+        .find_map(|c| c["choices"][0]["finish_reason"].as_str().map(str::to_string));
+    assert_eq!(finish.as_deref(), Some("length"), "{}", reply.raw);
+    let log = server.sim.as_ref().expect("sim").log();
+    assert!(
+        log.iter().all(|r| r.scenario != "same"),
+        "no continuation was asked for nothing: {log:?}"
+    );
+}

@@ -21,6 +21,11 @@
 //! seam's business: see `seam`. A route refusing the prefill (a 400 to the continuation
 //! request) is not the client's fault: the type's fallback (restart) runs, on that same route
 //! if it is the healthy one.
+//!
+//! A continuation asks for what is left of the client's `max_tokens` after the tokens the
+//! client already holds (counted by the tokenizer of the route that wrote them); with nothing
+//! left the answer ends with `length` and no attempt. The usage the client is told counts the
+//! whole answer: those tokens plus the continuation's own (`run::recovery`, `run::streaming`).
 
 use crate::config::MidStreamPolicy;
 use crate::types::ResponseType;

@@ -12,7 +12,7 @@ use http_body_util::{BodyDataStream, Full};
 use serde::Serialize;
 
 use super::client::{HttpClient, RequestBody};
-use super::scrub::scrub;
+use super::scrub::{scrub, seam_context};
 use super::{classify_response, classify_transport, drive, DeltaStream, ErrorClass, ProviderError, WireDecoder};
 
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -83,12 +83,16 @@ impl Endpoint {
 
     /// Sends a prepared request and, once the upstream answers 2xx, runs `decoder` over
     /// its body. A request that could not be prepared, a transport failure and a non-2xx
-    /// answer all resolve to a classified `Err`.
+    /// answer all resolve to a classified `Err`. `committed` is the text the client already
+    /// holds of the answer (a continuation's partial answer, else empty), which the answer
+    /// is scrubbed on from.
     pub fn open<D: WireDecoder>(
         &self,
         request: Result<Request<RequestBody>, ProviderError>,
         decoder: D,
+        committed: &str,
     ) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
+        let committed = seam_context(committed).to_string();
         let sent = request.map(|request| self.client.request(request));
         Box::pin(async move {
             let response = sent?.await.map_err(|e| classify_transport(&e))?;
@@ -96,7 +100,10 @@ impl Endpoint {
                 return Err(classify_response(response).await);
             }
             // Route keys out of the answer before the mux records or forwards any of it.
-            Ok(scrub(drive(BodyDataStream::new(response.into_body()), decoder)))
+            Ok(scrub(
+                drive(BodyDataStream::new(response.into_body()), decoder),
+                &committed,
+            ))
         })
     }
 

@@ -18,6 +18,16 @@
 //! - whether a fragment match ran to the end of the piece (`in_key`): the rest of that word,
 //!   arriving next, is dropped too.
 //!
+//! At a seam (an attempt fails mid-stream and another carries on):
+//! - a failed attempt's held end is dropped, never flushed: only a clean end (the finish, or
+//!   another channel) releases it. The mux records only what it is handed, so what the client
+//!   holds, and what a continuation's prefill says, ends before it;
+//! - a continuation's scrubber starts from the text the client holds (its prefill) as the
+//!   text's context, so the rest of a key whose first characters went out before the seam is
+//!   still recognised, and a key replaced just before the cut has the rest of its word
+//!   dropped. A restart starts from nothing and needs no context. Tool calls never cross a
+//!   seam: a partial call is never forwarded, and no continuation follows a call.
+//!
 //! With no key registered (the simulated routes) the stream is returned as is.
 
 use std::pin::Pin;
@@ -26,8 +36,8 @@ use std::task::{Context, Poll};
 use futures::Stream;
 
 use super::error::{
-    any_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans, replace_spans,
-    FRAGMENT_CHARS, REDACTED,
+    any_registered, continues_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans,
+    replace_spans, FRAGMENT_CHARS, REDACTED,
 };
 use super::{Delta, DeltaStream, ProviderError, ToolFragment};
 
@@ -35,19 +45,36 @@ use super::{Delta, DeltaStream, ProviderError, ToolFragment};
 const HOLD_MIN: usize = 4;
 
 /// `stream` with every registered key in its text and tool arguments replaced by
-/// `[redacted]`.
-pub fn scrub(stream: DeltaStream) -> DeltaStream {
+/// `[redacted]`. `committed` is the text the client already holds of this answer (a
+/// continuation's partial answer, else empty): its end is the context the stream's first
+/// text is searched with, so a key begun before the seam is recognised after it.
+pub fn scrub(stream: DeltaStream, committed: &str) -> DeltaStream {
     if !any_registered() {
         return stream;
     }
+    let mut state = Carry::default();
+    let channel = (!committed.is_empty()).then(|| {
+        state.seed(committed);
+        Channel::Text
+    });
     Box::pin(Scrubbed {
         inner: stream,
-        channel: None,
-        state: Carry::default(),
+        channel,
+        state,
         queued: None,
         done: false,
     })
 }
+
+/// The end of `committed` that `scrub` searches with: what a carry keeps of passed text.
+pub fn seam_context(committed: &str) -> &str {
+    let keep = CONTEXT_BYTES.min(committed.len());
+    &committed[ceil_boundary(committed, committed.len() - keep)..]
+}
+
+/// Bytes of passed text a carry keeps: a fragment of up to `FRAGMENT_CHARS` four-byte
+/// characters (of which at most `FRAGMENT_CHARS − 1` can have passed unrecognised).
+const CONTEXT_BYTES: usize = FRAGMENT_CHARS * 4;
 
 /// Which text a carry belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +88,9 @@ struct Carry {
     held: String,
     context: String,
     in_key: bool,
+    /// After a seed ending with a replaced key: the start of the next word so far, held while
+    /// it could be the rest of that key (`None` once the word is judged).
+    seam_word: Option<String>,
 }
 
 impl Carry {
@@ -68,6 +98,19 @@ impl Carry {
     fn pass(&mut self, piece: &str) -> String {
         let mut text = std::mem::take(&mut self.held);
         text.push_str(piece);
+        if let Some(start) = self.seam_word.take() {
+            let end = text.find(ends_value).unwrap_or(text.len());
+            let word = format!("{start}{}", &text[..end]);
+            if !continues_registered(&word) {
+                // Not the rest of a key (a continuation that started over, say): passed on.
+                text.insert_str(0, &start);
+            } else if end == text.len() {
+                self.seam_word = Some(word);
+                return String::new();
+            } else {
+                text.drain(..end);
+            }
+        }
         if self.in_key {
             let rest = text.find(ends_value).unwrap_or(text.len());
             text.drain(..rest);
@@ -93,18 +136,29 @@ impl Carry {
         out
     }
 
+    /// Carries on from `committed`, text already passed on by an earlier attempt: its end is
+    /// the context, and when it ends with a replaced key (the earlier attempt may have been
+    /// cut inside it) a first word that could be the rest of a registered key is dropped.
+    /// Unlike the rest of a word within one attempt, it is judged first: a continuation that
+    /// starts over begins with the answer's first word, which the seam must see.
+    fn seed(&mut self, committed: &str) {
+        self.remember(committed);
+        self.seam_word = committed.ends_with(REDACTED).then(String::new);
+    }
+
     /// Everything held, at the end of the channel.
     fn flush(&mut self) -> String {
         self.context.clear();
         self.in_key = false;
+        // A first word still held as the possible rest of a key never goes out.
+        self.seam_word = None;
         std::mem::take(&mut self.held)
     }
 
     fn remember(&mut self, passed: &str) {
         self.context.push_str(passed);
-        let keep = FRAGMENT_CHARS * 4; // bytes: a fragment of up to 12 four-byte characters
-        if self.context.len() > keep {
-            let cut = ceil_boundary(&self.context, self.context.len() - keep);
+        if self.context.len() > CONTEXT_BYTES {
+            let cut = ceil_boundary(&self.context, self.context.len() - CONTEXT_BYTES);
             self.context.drain(..cut);
         }
     }
@@ -165,6 +219,9 @@ impl Scrubbed {
         let channel = match &delta {
             Delta::Text(_) => Some(Channel::Text),
             Delta::ToolFragment(f) => Some(Channel::Tool(f.index)),
+            // A usage figure between two pieces of text ends neither: a key split around
+            // it is still one key.
+            Delta::Usage(_) => return (None, Some(delta)),
             _ => None,
         };
         let flushed = if channel != self.channel { self.flush() } else { None };
@@ -209,13 +266,11 @@ impl Stream for Scrubbed {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => this.done = true,
                 Poll::Ready(Some(Err(e))) => {
-                    return Poll::Ready(Some(match this.flush() {
-                        Some(held) => {
-                            this.queued = Some(Err(e));
-                            Ok(held)
-                        }
-                        None => Err(e),
-                    }));
+                    // The answer failed: a held possible start of a key never goes out. What
+                    // the client holds (and a continuation carries on from) ends before it.
+                    this.channel = None;
+                    this.state.flush();
+                    return Poll::Ready(Some(Err(e)));
                 }
                 Poll::Ready(Some(Ok(delta))) => match this.take(delta) {
                     (Some(flushed), Some(delta)) => {
@@ -251,9 +306,37 @@ mod tests {
     }
 
     async fn run(pieces: Vec<Delta>) -> Vec<Delta> {
+        let items = run_from("", pieces.into_iter().map(Ok).collect()).await;
+        items.into_iter().map(|d| d.expect("no error")).collect()
+    }
+
+    /// An attempt's items scrubbed as a continuation of `committed`.
+    async fn run_from(committed: &str, items: Vec<Result<Delta, ProviderError>>) -> Vec<Result<Delta, ProviderError>> {
         assert!(register_secret(KEY), "the test key registers");
-        let stream: DeltaStream = Box::pin(futures::stream::iter(pieces.into_iter().map(Ok)));
-        scrub(stream).map(|d| d.expect("no error")).collect().await
+        let stream: DeltaStream = Box::pin(futures::stream::iter(items));
+        scrub(stream, committed).collect().await
+    }
+
+    fn cut() -> ProviderError {
+        ProviderError::new(crate::provider::ErrorClass::Unavailable, "upstream body failed")
+    }
+
+    fn text_items(items: &[Result<Delta, ProviderError>]) -> String {
+        items
+            .iter()
+            .filter_map(|d| match d {
+                Ok(Delta::Text(t)) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// No piece of `KEY` longer than the `HOLD_MIN − 1` characters that may go out.
+    fn assert_no_key_piece(what: &str, text: &str) {
+        for piece in KEY.as_bytes().windows(HOLD_MIN) {
+            let piece = std::str::from_utf8(piece).unwrap_or_default();
+            assert!(!text.contains(piece), "{what}: {piece:?} of the key went out: {text}");
+        }
     }
 
     fn texts(parts: &[&str]) -> Vec<Delta> {
@@ -405,6 +488,148 @@ mod tests {
         );
         assert!(!format!("{got:?}").contains("scrubtest"), "{got:?}");
         assert_eq!(arguments_of(&got, 0), "{}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_answer_never_lets_a_held_start_of_a_key_out() {
+        for k in 0..KEY.len() {
+            let items = run_from(
+                "",
+                vec![
+                    Ok(Delta::Text("my key is ".into())),
+                    Ok(Delta::Text(KEY[..k].into())),
+                    Err(cut()),
+                ],
+            )
+            .await;
+            let text = text_items(&items);
+            assert_no_key_piece(&format!("cut at {k}"), &text);
+            let expected = match k {
+                0..HOLD_MIN => format!("my key is {}", &KEY[..k]),
+                HOLD_MIN..FRAGMENT_CHARS => "my key is ".to_string(),
+                _ => format!("my key is {REDACTED}"),
+            };
+            assert_eq!(text, expected, "cut at {k}: {items:?}");
+            assert!(
+                matches!(items.last(), Some(Err(_))),
+                "the failure stays last: {items:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_cut_by_a_seam_at_every_offset_never_goes_out() {
+        // The first attempt is cut `k` bytes into the key; the continuation carries on from
+        // what the client holds, as its prefill says, or (a prefill holding a replaced key)
+        // with the rest of the key it knows.
+        let answer = format!("my key is {KEY} ok");
+        let start = "my key is ".len();
+        for k in 0..=KEY.len() {
+            let first = run_from(
+                "",
+                vec![
+                    Ok(Delta::Text(answer[..start].into())),
+                    Ok(Delta::Text(answer[start..start + k].into())),
+                    Err(cut()),
+                ],
+            )
+            .await;
+            let committed = text_items(&first);
+            let rest = answer.strip_prefix(committed.as_str()).unwrap_or(&answer[start + k..]);
+            let second = run_from(
+                &committed,
+                vec![Ok(Delta::Text(rest.into())), Ok(Delta::Finish(FinishReason::Stop))],
+            )
+            .await;
+            let client = format!("{committed}{}", text_items(&second));
+            assert_no_key_piece(&format!("cut at {k}"), &client);
+            let shown = &KEY[..if k < HOLD_MIN { k } else { 0 }];
+            assert_eq!(client, format!("my key is {shown}{REDACTED} ok"), "cut at {k}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_continuation_drips_the_rest_of_a_key_and_none_of_it_goes_out() {
+        for k in 1..HOLD_MIN {
+            let committed = format!("my key is {}", &KEY[..k]);
+            let mut items: Vec<Result<Delta, ProviderError>> = KEY[k..]
+                .chars()
+                .chain(" ok".chars())
+                .map(|c| Ok(Delta::Text(c.to_string())))
+                .collect();
+            items.push(Ok(Delta::Finish(FinishReason::Stop)));
+            let out = text_items(&run_from(&committed, items).await);
+            // As in one attempt: under `HOLD_MIN` characters of the key go out in all.
+            assert_eq!(
+                format!("{committed}{out}"),
+                format!("my key is {}{REDACTED} ok", &KEY[..HOLD_MIN - 1]),
+                "cut at {k}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn after_a_replaced_key_only_the_rest_of_a_key_is_dropped() {
+        let committed = format!("my key is {REDACTED}");
+        let dripped: Vec<String> = KEY[14..].chars().map(String::from).chain([" ok".into()]).collect();
+        let dripped: Vec<&str> = dripped.iter().map(String::as_str).collect();
+        for (parts, expected) in [
+            (vec![&KEY[14..], " ok"], " ok".to_string()),
+            (dripped, " ok".to_string()),
+            (vec![&KEY[20..24]], String::new()),
+            (vec!["and then"], "and then".to_string()),
+            // A continuation that started over: its first word is the answer's, kept whole
+            // for the seam to see the repeat.
+            (vec!["my key is ", KEY, " ok"], format!("my key is {REDACTED} ok")),
+        ] {
+            let out = text_items(&run_from(&committed, texts(&parts).into_iter().map(Ok).collect()).await);
+            assert_eq!(out, expected, "{parts:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_continuation_of_ordinary_text_passes_unchanged() {
+        let out = run_from(
+            "ends with sk",
+            vec![
+                Ok(Delta::Text("etchy lines, the [redacted] part".into())),
+                Ok(Delta::Finish(FinishReason::Stop)),
+            ],
+        )
+        .await;
+        assert_eq!(text_items(&out), "etchy lines, the [redacted] part");
+        let out = run_from(
+            "the word was [redacted]",
+            vec![
+                Ok(Delta::Text(" and then".into())),
+                Ok(Delta::Finish(FinishReason::Stop)),
+            ],
+        )
+        .await;
+        assert_eq!(
+            text_items(&out),
+            " and then",
+            "only the rest of a replaced word is dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_usage_figure_between_two_pieces_of_a_key_releases_nothing() {
+        let usage = crate::types::Usage {
+            input_tokens: 3,
+            output_tokens: 2,
+        };
+        let got = run(vec![
+            Delta::Text(format!("my key is {}", &KEY[..8])),
+            Delta::Usage(usage),
+            Delta::Text(format!("{} ok", &KEY[8..])),
+            Delta::Finish(FinishReason::Stop),
+        ])
+        .await;
+        let text = text_of(&got);
+        assert_no_key_piece("usage between", &text);
+        assert_eq!(text, format!("my key is {REDACTED} ok"), "{got:?}");
+        assert!(got.contains(&Delta::Usage(usage)), "the usage goes on: {got:?}");
     }
 
     #[tokio::test]

@@ -71,6 +71,15 @@ impl Counter {
         }
     }
 
+    /// The tokens of `text` alone (no message framing): counted with the tokenizer, else the
+    /// estimate. What a continuation counts of the answer the client already holds.
+    pub fn text_tokens(self, text: &str) -> u64 {
+        match self.bpe() {
+            Some(bpe) => count_chunked(bpe, text),
+            None => estimate(text.len() as u64),
+        }
+    }
+
     fn bpe(self) -> Option<&'static CoreBPE> {
         match self {
             Counter::O200k => Some(tiktoken_rs::o200k_base_singleton()),
@@ -227,10 +236,7 @@ fn measure(
     budget: u64,
     count: impl FnOnce() -> Option<u64>,
 ) -> (u64, Method) {
-    let estimate = || {
-        let tokens = (bytes.div_ceil(4) as f64 * (1.0 + ESTIMATE_MARGIN)).ceil() as u64;
-        (tokens + overhead, Method::Estimated)
-    };
+    let estimate = || (estimate(bytes) + overhead, Method::Estimated);
     if counter == Counter::Estimate {
         return estimate();
     }
@@ -246,6 +252,11 @@ fn measure(
         Some(text_tokens) => (text_tokens + overhead, Method::Counted(counter)),
         None => estimate(),
     }
+}
+
+/// Four bytes a token plus the margin.
+fn estimate(bytes: u64) -> u64 {
+    (bytes.div_ceil(4) as f64 * (1.0 + ESTIMATE_MARGIN)).ceil() as u64
 }
 
 /// Counts `text` in chunks cut before whitespace (or short, inside a long run).
@@ -365,6 +376,17 @@ mod tests {
             chunk_end(rest),
             rest.len(),
             "the tail up to {CHUNK_BYTES} bytes is one chunk"
+        );
+    }
+
+    #[test]
+    fn text_tokens_count_the_text_alone() {
+        assert_eq!(Counter::O200k.text_tokens("One two three four"), 4, "a word a token");
+        assert_eq!(Counter::Cl100k.text_tokens(""), 0);
+        assert_eq!(
+            Counter::Estimate.text_tokens("One two three four"),
+            6,
+            "18 bytes: 5 tokens, plus 10%"
         );
     }
 

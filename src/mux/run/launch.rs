@@ -14,7 +14,7 @@ use crate::mux::hedge::NoHedge;
 use crate::mux::Mux;
 use crate::provider::{ProviderError, UpstreamRequest};
 use crate::telemetry as t;
-use crate::types::{ErrorClass, Plan, RequestCtx};
+use crate::types::{ChatRequest, ErrorClass, Plan, RequestCtx};
 
 /// No attempt could start. `refusal` is set when a request-wide budget said no (then no
 /// other route was looked at).
@@ -107,6 +107,19 @@ impl Run {
         self.start_again(&route, Role::Recovery, prefill)
     }
 
+    /// The client's request, or for a continuation the same asking only for what is left of
+    /// its `max_tokens` after the tokens the client already got (`recover` never continues
+    /// when nothing is left).
+    fn continuation_chat(&self, continuing: bool) -> Arc<ChatRequest> {
+        match self.req.max_tokens {
+            Some(max) if continuing && self.carried > 0 => Arc::new(ChatRequest {
+                max_tokens: Some(max.saturating_sub(self.carried).max(1)),
+                ..ChatRequest::clone(&self.req)
+            }),
+            _ => Arc::clone(&self.req),
+        }
+    }
+
     pub(super) fn can_continue(&self, route: &str) -> bool {
         self.route_config(route).is_some_and(|r| r.prefill.can_continue())
     }
@@ -150,9 +163,13 @@ impl Run {
             Role::Recovery => "recovery",
         };
         metrics::counter!(t::ATTEMPTS_TOTAL, "route" => route.to_string(), "role" => role_label).increment(1);
-        let upstream = UpstreamRequest {
+        let chat = match self.repair.take_request(route) {
             // The repair attempt sends its own request (the answer and the validator's error).
-            chat: self.repair.take_request(route).unwrap_or_else(|| Arc::clone(&self.req)),
+            Some(repair) => repair,
+            None => self.continuation_chat(prefill.is_some()),
+        };
+        let upstream = UpstreamRequest {
+            chat,
             prefill: prefill.map(|text| crate::types::Prefill {
                 text: text.to_string(),
                 convention,

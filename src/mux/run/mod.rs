@@ -131,7 +131,12 @@ struct Run {
     hedge: Result<(), NoHedge>,
     rtype: ResponseType,
     transcript: Transcript,
+    /// The answer's usage: the committed attempt's, with a continuation's `carried` tokens
+    /// moved from its input to its output.
     usage: Option<Usage>,
+    /// Output tokens of the answer the current attempt continues (its prefill: what the client
+    /// got from cut attempts), counted by the tokenizer; 0 for a first answer or a restart.
+    carried: u32,
     /// Retry-After hints from failed attempts.
     retry_hints: Vec<Duration>,
     /// The plan as made (candidates, ranking with score breakdowns, exclusions, lease): the
@@ -182,6 +187,7 @@ impl Run {
             rtype,
             transcript: Transcript::default(),
             usage: None,
+            carried: 0,
             retry_hints: Vec::new(),
             retried: Default::default(),
             moves: Default::default(),

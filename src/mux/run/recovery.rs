@@ -7,7 +7,8 @@ use super::{Recovering, Recovery, Run, State};
 use crate::mux::attempt::{Attempt, AttemptEvent};
 use crate::mux::seam::Seam;
 use crate::mux::{midstream, MuxError};
-use crate::types::{FinishReason, MidStreamPolicy, StreamEvent};
+use crate::router::Counter;
+use crate::types::{FinishReason, MidStreamPolicy, StreamEvent, Usage};
 
 impl Run {
     /// The recovering state: start the policy's attempt and say what the client sees of it.
@@ -62,6 +63,8 @@ impl Run {
         if let Some(repaired) = self.try_repair(failed_route).await {
             return repaired;
         }
+        // Whatever carries on is a restart (the whole answer) unless it is a continuation.
+        self.carried = 0;
         let limit = self.mux.config.limits.max_midstream_recoveries;
         if self.recoveries >= limit {
             self.env.policy = Some(MidStreamPolicy::Truncate);
@@ -101,6 +104,19 @@ impl Run {
             },
             MidStreamPolicy::Continue => {
                 let partial = self.transcript.text.clone();
+                // The cut attempts' usage, if any came, is not the answer's: what they
+                // delivered is counted here, and the continuation's usage adds to it.
+                self.carried = self.answer_tokens(failed_route, &partial);
+                let cut_usage = self.usage.take();
+                if self.req.max_tokens.is_some_and(|max| self.carried >= max) {
+                    // The client holds all the tokens it asked for: the answer ends at its
+                    // limit, with no attempt that could only be asked for nothing.
+                    self.usage = cut_usage.map(|u| Usage {
+                        input_tokens: u.input_tokens,
+                        output_tokens: self.carried,
+                    });
+                    return Recovery::Done(FinishReason::Length);
+                }
                 match self.first_token(false, Some(&partial)).await {
                     Ok((attempt, first)) => {
                         self.env.route_switches += 1;
@@ -112,6 +128,7 @@ impl Run {
                     }
                     // No route could continue: the type's fallback, if it is a restart.
                     Err(_) if pair.1 == MidStreamPolicy::Restart => {
+                        self.carried = 0;
                         self.env.policy = Some(MidStreamPolicy::Restart);
                         match self.first_token(false, None).await {
                             Ok((attempt, first)) => self.restarted(failed_route, attempt, first),
@@ -136,6 +153,7 @@ impl Run {
     pub(super) async fn start_over(&mut self, cur: Attempt) -> Recovery {
         let route = Arc::clone(&cur.route);
         drop(cur);
+        self.carried = 0;
         self.routes.set(&route, super::routes::RouteState::PrefillRefused);
         self.env.policy = Some(MidStreamPolicy::Restart);
         match self.first_token(false, None).await {
@@ -145,6 +163,13 @@ impl Run {
                 Recovery::Truncate
             }
         }
+    }
+
+    /// The output tokens of `text`, the answer the client holds, by the tokenizer of the
+    /// route that wrote it (the estimate for a route without one).
+    fn answer_tokens(&self, route: &str, text: &str) -> u32 {
+        let counter = self.route_config(route).map_or(Counter::Estimate, Counter::for_route);
+        u32::try_from(counter.text_tokens(text)).unwrap_or(u32::MAX)
     }
 
     /// A restart committed on `attempt`: a client that can be told gets a reset.

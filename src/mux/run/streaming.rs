@@ -18,7 +18,7 @@ use crate::mux::attempt::{Attempt, AttemptEvent};
 use crate::mux::seam::{Seam, SeamOut, SeamVerdict};
 use crate::mux::MuxError;
 use crate::telemetry as t;
-use crate::types::{Blame, FinishReason, MidStreamPolicy, StreamEvent};
+use crate::types::{Blame, FinishReason, MidStreamPolicy, StreamEvent, Usage};
 
 /// The committed attempt and how its text joins what the client holds.
 pub(super) struct Streaming {
@@ -136,7 +136,7 @@ impl Run {
                 }
                 out.push(StreamEvent::ToolCall(call));
             }
-            AttemptEvent::Usage(u) => self.usage = Some(u),
+            AttemptEvent::Usage(u) => self.usage = Some(self.whole_answer(u)),
             AttemptEvent::Finished(reason) => {
                 s.cur.resolve(Ok(()));
                 self.repair_completed(&s.cur.route);
@@ -177,6 +177,16 @@ impl Run {
             reason,
             envelope: Box::new(self.env.clone()),
         });
+    }
+
+    /// The usage of the whole answer from the committed attempt's `u`: a continuation was
+    /// sent the answer so far as the end of its prompt, so those tokens move from its input to
+    /// its output, and the client is told of every token of the answer it got.
+    fn whole_answer(&self, u: Usage) -> Usage {
+        Usage {
+            input_tokens: u.input_tokens.saturating_sub(self.carried),
+            output_tokens: u.output_tokens.saturating_add(self.carried),
+        }
     }
 
     /// The seam for a continuation committed on `route`: verified against everything the

@@ -54,7 +54,9 @@ impl fmt::Debug for AnthropicProvider {
 
 impl Provider for AnthropicProvider {
     fn open(&self, req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
-        self.endpoint.open(self.request(&req), stream::EventDecoder::default())
+        let committed = req.prefill.as_ref().map_or("", |p| p.text.as_str());
+        self.endpoint
+            .open(self.request(&req), stream::EventDecoder::default(), committed)
     }
 }
 

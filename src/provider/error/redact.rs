@@ -139,6 +139,18 @@ pub(crate) fn ends_with_registered(text: &str) -> bool {
     secrets.iter().any(|s| text.ends_with(s.as_str()))
 }
 
+/// Whether `word` could be the rest of a registered secret whose first `FRAGMENT_CHARS`
+/// were already found: it appears in a secret after that fragment (an empty word does).
+pub(crate) fn continues_registered(word: &str) -> bool {
+    let secrets = SECRETS.read().unwrap_or_else(PoisonError::into_inner);
+    secrets
+        .iter()
+        .any(|secret| match secret.char_indices().nth(FRAGMENT_CHARS) {
+            Some((cut, _)) => secret[cut..].contains(word),
+            None => word.is_empty(),
+        })
+}
+
 /// The length of the longest end of `text` that is the start of a registered secret's
 /// `FRAGMENT_CHARS`-character fragment, counting only ends of at least `min` bytes: what a
 /// stream must hold back, as an echo may go on in its next piece.

@@ -45,7 +45,9 @@ impl fmt::Debug for OpenAiProvider {
 
 impl Provider for OpenAiProvider {
     fn open(&self, req: UpstreamRequest) -> BoxFuture<'static, Result<DeltaStream, ProviderError>> {
-        self.endpoint.open(self.request(&req), stream::ChunkDecoder::default())
+        let committed = req.prefill.as_ref().map_or("", |p| p.text.as_str());
+        self.endpoint
+            .open(self.request(&req), stream::ChunkDecoder::default(), committed)
     }
 }
 
