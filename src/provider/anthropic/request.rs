@@ -46,6 +46,14 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, Pr
             }],
         );
     }
+    // A client's own final assistant message (its prefill) ending in whitespace is refused by
+    // the API as well; the whitespace is cut the same way (an answer may then begin with it).
+    if let Some(last) = messages.last_mut().filter(|m| m.role == "assistant") {
+        trim_final_text(&mut last.content);
+        if last.content.is_empty() {
+            messages.pop();
+        }
+    }
     let tools: Vec<WireTool> = chat
         .tools
         .iter()
@@ -81,6 +89,16 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, Pr
 
 /// Consecutive messages of one role become one message: tool results answering parallel
 /// calls must share a single user turn.
+/// Cuts trailing whitespace off the last block when it is text, dropping it if nothing is left.
+fn trim_final_text(blocks: &mut Vec<Block>) {
+    if let Some(Block::Text { text }) = blocks.last_mut() {
+        text.truncate(text.trim_end().len());
+        if text.is_empty() {
+            blocks.pop();
+        }
+    }
+}
+
 fn push_merged(messages: &mut Vec<WireMessage>, role: &'static str, blocks: Vec<Block>) {
     if blocks.is_empty() {
         return; // the API rejects empty turns
@@ -313,5 +331,29 @@ mod tests {
         };
         let err = build_body(&upstream(chat, None), "m").err().map(|e| e.class);
         assert_eq!(err, Some(ErrorClass::BadRequest));
+    }
+
+    #[test]
+    fn a_clients_own_prefill_loses_its_trailing_whitespace_and_a_continuation_joins_it() {
+        let chat = ChatRequest {
+            messages: vec![
+                Message::text(Role::User, "Greet"),
+                Message::text(Role::Assistant, "Hello wörld, "),
+            ],
+            ..ChatRequest::default()
+        };
+        let body = body_json(&upstream(chat.clone(), None));
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": [{"type": "text", "text": "Hello wörld,"}]})
+        );
+        let body = body_json(&upstream(chat, Some(" this is ")));
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert_eq!(
+            messages[1]["content"],
+            json!([{"type": "text", "text": "Hello wörld, "}, {"type": "text", "text": " this is"}]),
+            "one final assistant turn; only its end is trimmed"
+        );
     }
 }

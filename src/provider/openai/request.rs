@@ -16,8 +16,22 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
     // A continuation ends with the partial answer as the final assistant message, marked by
     // the route's convention; never with an instruction to continue (models start over).
     let convention = req.prefill.as_ref().map(|p| p.convention);
+    // When the client's own request ended with an assistant message (its own prefill), the
+    // partial answer continues that one message: every prefill convention continues only the
+    // final message, and many chat templates refuse two assistant turns in a row.
     if let Some(prefill) = &req.prefill {
-        let mut last = text_message("assistant", prefill.sent().to_string());
+        let own = chat
+            .messages
+            .last()
+            .filter(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
+            .map(Message::joined_text);
+        let mut last = match own {
+            Some(own) => {
+                messages.pop();
+                text_message("assistant", own + prefill.sent())
+            }
+            None => text_message("assistant", prefill.sent().to_string()),
+        };
         last.prefix = prefill.convention == PrefillConvention::Prefix;
         messages.push(last);
     }
@@ -281,5 +295,33 @@ mod tests {
         assert_eq!(vllm["messages"][1], json!({"role": "assistant", "content": "1, 2, "}));
         assert_eq!(vllm["continue_final_message"], json!(true), "{vllm}");
         assert_eq!(vllm["add_generation_prompt"], json!(false), "{vllm}");
+    }
+
+    #[test]
+    fn a_continuation_of_a_clients_own_prefill_is_one_final_assistant_message() {
+        let chat = ChatRequest {
+            messages: vec![
+                Message::text(Role::User, "Greet"),
+                Message::text(Role::Assistant, "Hello wörld,"),
+            ],
+            ..ChatRequest::default()
+        };
+        for convention in [
+            PrefillConvention::Assistant,
+            PrefillConvention::Prefix,
+            PrefillConvention::Vllm,
+        ] {
+            let body = body_json(&continuation(chat.clone(), " this is", convention));
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            assert_eq!(messages.len(), 2, "{convention:?}: {messages:?}");
+            assert_eq!(messages[1]["role"], "assistant");
+            assert_eq!(messages[1]["content"], "Hello wörld, this is", "{convention:?}");
+        }
+        // Without a continuation the client's prefill goes as it came.
+        let body = body_json(&upstream(chat, None));
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": "Hello wörld,"})
+        );
     }
 }
