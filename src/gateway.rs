@@ -140,6 +140,7 @@ impl Gateway {
             } else {
                 client.clone()
             };
+            let client = client.with_connect_timeout(route.connect_timeout);
             let p: SharedProvider = match route.wire {
                 Wire::OpenAi => Arc::new(OpenAiProvider::new(base_url, route.model.clone(), api_key, client)),
                 Wire::Anthropic => Arc::new(AnthropicProvider::new(base_url, route.model.clone(), api_key, client)),
