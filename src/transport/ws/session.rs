@@ -35,7 +35,6 @@ use super::outbox::Outbox;
 use super::protocol::{self, ClientMessage};
 use super::render::sequenced;
 use super::streams::{ahead, refusal, Cancel, Item, RequestStreams};
-use crate::gateway::GatewayError;
 use crate::transport::error::ErrorReply;
 use crate::transport::native::{ChatOptions, ServerMessage};
 use crate::transport::openai::decode_value;
@@ -127,7 +126,7 @@ pub struct Session<F> {
 
 impl<F> Session<F>
 where
-    F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
+    F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, ErrorReply> + Send,
 {
     pub fn new(chat: F, base: RequestCtx, slots: Slots, registry: Arc<Registry>) -> Self {
         Session {
@@ -337,7 +336,8 @@ where
                 Some(keeper) => keeper.watch(events),
                 None => events,
             },
-            Err(e) => return send(&ServerMessage::from_gateway(Some(id), &e)),
+            // Refused before any stream opened: the error alone, no `accepted`.
+            Err(reply) => return send_error(Some(id), reply),
         };
         match self.registry.open(events, request_id, permit) {
             Ok(stream) => self.attach(id, &stream, 0),
@@ -428,6 +428,7 @@ fn is_too_big(e: &axum::Error) -> bool {
 mod tests {
     use super::*;
     use crate::config::StreamsConfig;
+    use crate::gateway::GatewayError;
     use crate::types::{Envelope, FinishReason, StreamEvent};
     use futures::stream;
     use serde_json::{json, Value};
@@ -497,9 +498,11 @@ mod tests {
         fn start<M: Into<String>>(scripts: Vec<(M, EventStream)>, queue: usize, permits: usize) -> Harness {
             let mut scripts: HashMap<String, EventStream> = scripts.into_iter().map(|(m, s)| (m.into(), s)).collect();
             let chat = move |req: ChatRequest, _ctx: RequestCtx| {
-                scripts.remove(&req.model).ok_or(GatewayError::UnknownModel {
-                    model: req.model.clone(),
-                    known: vec!["a".into()],
+                scripts.remove(&req.model).ok_or_else(|| {
+                    ErrorReply::from_gateway(&GatewayError::UnknownModel {
+                        model: req.model.clone(),
+                        known: vec!["a".into()],
+                    })
                 })
             };
             let (to_session, incoming) = mpsc::channel(16);
