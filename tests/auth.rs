@@ -786,6 +786,29 @@ async fn a_credential_header_sent_twice_is_a_400_in_each_dialect() {
     }
 }
 
+#[tokio::test]
+async fn a_token_request_that_is_not_a_json_object_is_a_400_saying_so() {
+    let server = start(&config("", "")).await;
+    let auth = bearer(KEY);
+    for body in [json!([600, ["chat"]]), json!([]), json!("ttl_s"), json!(600)] {
+        let (status, _, text) = post(server.url("/v1/tokens"), &body, &[("authorization", &auth)]).await;
+        assert_eq!(status, 400, "{body}: {text}");
+        let message = json_of(&text)["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(message.contains("must be a JSON object"), "{body}: {text}");
+        assert!(!text.contains("\"token\""), "no token minted for {body}: {text}");
+    }
+    let (status, _, text) = post(
+        server.url("/v1/tokens"),
+        &json!({"ttl_s": 60}),
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(status, 200, "an object still mints: {text}");
+}
+
 /// Minting a token for a model is refused exactly as a chat request for it is: past the
 /// key's list a 403 `model_forbidden`, and a model that does not exist a 404
 /// `model_not_found` naming the known ones (it was a 400 before the key's list was checked).
