@@ -1,5 +1,6 @@
 //! What a request's schemas (its tools' parameters and a `json_schema` response format) may
-//! cost to compile, counted before anything compiles: at most [`MAX_TOOLS`] tools and
+//! cost to compile, counted before anything compiles (and that no two tools share a name):
+//! at most [`MAX_TOOLS`] tools and
 //! [`MAX_SCHEMA_PATTERNS`] regular expressions and `MAX_SCHEMA_NODES` schema nodes with their
 //! references followed (`transport::schema_size`) across all the schemas, else a 400 naming
 //! the limit or the schema.
@@ -37,6 +38,18 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
             ),
         )
         .with_code("max_tools_exceeded"));
+    }
+    // Two tools of one name: a call to it could be judged by either schema, and the client
+    // could not tell which tool the model meant.
+    let mut names = std::collections::HashSet::with_capacity(req.tools.len());
+    for (i, tool) in req.tools.iter().enumerate() {
+        if !names.insert(tool.name.as_str()) {
+            return Err(DecodeError::new(
+                format!("tools[{i}]"),
+                format!("duplicate tool name {:?}: each tool in a request needs a name of its own", tool.name),
+            )
+            .with_code("duplicate_tool_name"));
+        }
     }
     let mut patterns = 0usize;
     for tool in &req.tools {
@@ -176,6 +189,22 @@ mod tests {
         };
         let err = check(&req).expect_err("33 regexes in the response format");
         assert_eq!(err.code, Some("max_schema_patterns_exceeded"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_tool_name_given_twice_is_refused_naming_it_and_its_place() {
+        let plain = json!({"type": "object"});
+        let req = request(vec![
+            tool("lookup", plain.clone()),
+            tool("weather", plain.clone()),
+            tool("lookup", json!({"type": "object", "properties": {"q": {"type": "string"}}})),
+        ]);
+        let err = check(&req).expect_err("two tools named lookup");
+        assert_eq!(err.code, Some("duplicate_tool_name"), "{}", err.message);
+        assert_eq!(err.param.as_deref(), Some("tools[2]"), "the second of the two");
+        assert!(err.message.contains("\"lookup\""), "names the duplicate: {}", err.message);
+        let distinct = request(vec![tool("lookup", plain.clone()), tool("Lookup", plain)]);
+        assert!(check(&distinct).is_ok(), "names are compared exactly");
     }
 
     #[test]
