@@ -46,7 +46,10 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
         if !names.insert(tool.name.as_str()) {
             return Err(DecodeError::new(
                 format!("tools[{i}]"),
-                format!("duplicate tool name {:?}: each tool in a request needs a name of its own", tool.name),
+                format!(
+                    "duplicate tool name {:?}: each tool in a request needs a name of its own",
+                    tool.name
+                ),
             )
             .with_code("duplicate_tool_name"));
         }
@@ -197,12 +200,19 @@ mod tests {
         let req = request(vec![
             tool("lookup", plain.clone()),
             tool("weather", plain.clone()),
-            tool("lookup", json!({"type": "object", "properties": {"q": {"type": "string"}}})),
+            tool(
+                "lookup",
+                json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            ),
         ]);
         let err = check(&req).expect_err("two tools named lookup");
         assert_eq!(err.code, Some("duplicate_tool_name"), "{}", err.message);
         assert_eq!(err.param.as_deref(), Some("tools[2]"), "the second of the two");
-        assert!(err.message.contains("\"lookup\""), "names the duplicate: {}", err.message);
+        assert!(
+            err.message.contains("\"lookup\""),
+            "names the duplicate: {}",
+            err.message
+        );
         let distinct = request(vec![tool("lookup", plain.clone()), tool("Lookup", plain)]);
         assert!(check(&distinct).is_ok(), "names are compared exactly");
     }

@@ -220,8 +220,7 @@ where
     fn on_frame(&mut self, frame: Option<Result<Message, axum::Error>>) -> Step {
         match frame {
             None | Some(Ok(Message::Close(_))) => Step::End(None),
-            Some(Err(ref e)) if is_too_big(e) => Step::End(Some(close(close_code::SIZE, "message too big"))),
-            Some(Err(_)) => Step::End(None),
+            Some(Err(ref e)) => Step::End(close_for(e)),
             Some(Ok(Message::Text(text))) => self.on_text(text.as_str()),
             Some(Ok(Message::Binary(_))) => send_error(
                 None,
@@ -411,17 +410,24 @@ fn close(code: u16, reason: &'static str) -> CloseFrame {
     }
 }
 
-/// A frame over `max_message_size` / `max_frame_size` (close code 1009).
-fn is_too_big(e: &axum::Error) -> bool {
+/// The close frame for a frame the client got wrong: 1009 for a message over
+/// `ws_max_message_bytes`, 1007 for a text frame that is not UTF-8, 1002 for any other
+/// violation of the protocol (an unmasked frame, a reserved opcode or bit, a bad
+/// continuation), each with a short reason. `None` for an error of the connection itself
+/// (the socket failed or is closed): the plain close, if it can still be sent.
+fn close_for(e: &axum::Error) -> Option<CloseFrame> {
     use tokio_tungstenite::tungstenite::Error as WsError;
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
-        if let Some(WsError::Capacity(_)) = err.downcast_ref::<WsError>() {
-            return true;
+        match err.downcast_ref::<WsError>() {
+            Some(WsError::Capacity(_)) => return Some(close(close_code::SIZE, "message too big")),
+            Some(WsError::Utf8(_)) => return Some(close(close_code::INVALID, "text frame is not valid UTF-8")),
+            Some(WsError::Protocol(_)) => return Some(close(close_code::PROTOCOL, "WebSocket protocol error")),
+            Some(_) => return None,
+            None => source = err.source(),
         }
-        source = err.source();
     }
-    false
+    None
 }
 
 #[cfg(test)]
@@ -774,6 +780,41 @@ mod tests {
             PING_EVERY * 2,
             "once the queue stayed full for two ping intervals"
         );
+    }
+
+    #[tokio::test]
+    async fn a_protocol_violation_closes_with_its_code_and_a_short_reason() {
+        use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
+        use tokio_tungstenite::tungstenite::Error as WsError;
+        for (error, code, reason) in [
+            (
+                WsError::Protocol(ProtocolError::UnmaskedFrameFromClient),
+                close_code::PROTOCOL,
+                "protocol",
+            ),
+            (
+                WsError::Utf8("invalid utf-8 sequence".into()),
+                close_code::INVALID,
+                "UTF-8",
+            ),
+            (
+                WsError::Capacity(CapacityError::MessageTooLong { size: 10, max_size: 5 }),
+                close_code::SIZE,
+                "too big",
+            ),
+        ] {
+            let shown = error.to_string();
+            let h = Harness::start(Vec::<(String, EventStream)>::new(), 16, 4);
+            h.to_session
+                .send(Err(axum::Error::new(error)))
+                .await
+                .unwrap_or_else(|_| panic!("the session takes the error"));
+            let close = h.session.await.expect("session task ends cleanly");
+            let close = close.unwrap_or_else(|| panic!("{shown}: closed without a code"));
+            assert_eq!(close.code, code, "{shown}");
+            assert!(close.reason.as_str().contains(reason), "{shown}: {:?}", close.reason);
+            assert!(close.reason.len() <= 123, "a close reason fits its frame");
+        }
     }
 
     #[tokio::test(start_paused = true)]
