@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::config::{Config, ProviderKind, Wire};
 use crate::health::Health;
+use crate::mux::tool_calls::{Gates, SchemaRefusal};
 use crate::mux::Mux;
 use crate::provider::anthropic::AnthropicProvider;
 use crate::provider::openai::OpenAiProvider;
@@ -36,6 +37,10 @@ pub enum GatewayError {
     BadRequest(String),
     #[error("tailcut is at capacity; retry shortly")]
     Overloaded { retry_after: Duration },
+    /// A tool's parameters or the response format's schema do not compile, or not within
+    /// the request's pattern budget.
+    #[error("{0}")]
+    InvalidSchema(SchemaRefusal),
 }
 
 impl GatewayError {
@@ -44,14 +49,16 @@ impl GatewayError {
     pub fn status(&self) -> u16 {
         match self {
             GatewayError::UnknownModel { .. } => 404,
-            GatewayError::BadRequest(_) => 400,
+            GatewayError::BadRequest(_) | GatewayError::InvalidSchema(_) => 400,
             GatewayError::Overloaded { .. } => 503,
         }
     }
 
     pub fn class(&self) -> ErrorClass {
         match self {
-            GatewayError::UnknownModel { .. } | GatewayError::BadRequest(_) => ErrorClass::BadRequest,
+            GatewayError::UnknownModel { .. } | GatewayError::BadRequest(_) | GatewayError::InvalidSchema(_) => {
+                ErrorClass::BadRequest
+            }
             GatewayError::Overloaded { .. } => ErrorClass::Overloaded,
         }
     }
@@ -140,6 +147,7 @@ impl Gateway {
             } else {
                 client.clone()
             };
+            let client = client.with_connect_timeout(route.connect_timeout);
             let p: SharedProvider = match route.wire {
                 Wire::OpenAi => Arc::new(OpenAiProvider::new(base_url, route.model.clone(), api_key, client)),
                 Wire::Anthropic => Arc::new(AnthropicProvider::new(base_url, route.model.clone(), api_key, client)),
@@ -182,6 +190,9 @@ impl Gateway {
         if req.messages.is_empty() {
             return Err(GatewayError::BadRequest("messages must not be empty".into()));
         }
+        // The request's schemas, compiled here once for all its attempts (and refused here
+        // when they do not compile, or not within its pattern budget).
+        let gates = Gates::compile(&req).map_err(GatewayError::InvalidSchema)?;
         metrics::counter!(telemetry::REQUESTS_TOTAL, "model" => req.model.clone()).increment(1);
         let now = Instant::now();
         let tenant = match ctx.tenant.as_deref() {
@@ -206,7 +217,7 @@ impl Gateway {
         let planned = self.plan(&req, &needs, ctx.session.as_deref(), now);
         let active = ActiveStream::open();
         let stream = match planned {
-            Ok(plan) => self.mux.run(req, ctx, plan, active),
+            Ok(plan) => self.mux.run(req, ctx, plan, gates, active),
             Err(e) => {
                 crate::telemetry::rotation::none_eligible(e.exclusions());
                 // A prompt too long for every route is the client's to shorten: say so in the

@@ -336,6 +336,41 @@ async fn an_unknown_tenant_gets_the_same_403_as_a_forbidden_one_in_every_dialect
     );
 }
 
+/// The first message the socket sends for a request of `model` under `id` (messages for
+/// other requests on the socket are skipped).
+async fn ws_first_reply(ws: &mut Ws, id: &str, model: &str) -> Value {
+    ws.send(ws_request(id, model)).await.expect("send");
+    loop {
+        let m = ws_next(ws).await;
+        if m["id"] == id {
+            return m;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_websocket_request_the_key_refuses_gets_its_error_alone_without_accepted() {
+    let server = start(&config("models = [\"chat\", \"long\"]\nmax_streams = 1", "")).await;
+    let auth = bearer(KEY);
+    let mut ws = ws_open(&server, "/v1/ws", &[("authorization", &auth)])
+        .await
+        .expect("upgrade");
+    let off_list = ws_first_reply(&mut ws, "r1", "other").await;
+    assert_eq!(
+        (&off_list["type"], &off_list["class"]),
+        (&json!("error"), &json!("forbidden")),
+        "a model off the key's list: the error first, no accepted: {off_list}"
+    );
+    let held = ws_first_reply(&mut ws, "r2", "long").await;
+    assert_eq!(held["type"], "accepted", "the key's one stream is open: {held}");
+    let over = ws_first_reply(&mut ws, "r3", "chat").await;
+    assert_eq!(
+        (&over["type"], &over["class"]),
+        (&json!("error"), &json!("rate_limited")),
+        "over the key's max_streams: the error first, no accepted: {over}"
+    );
+}
+
 #[tokio::test]
 async fn a_model_off_the_keys_list_is_403_in_every_dialect_and_not_listed() {
     let server = start(&config("models = [\"chat\"]", "")).await;
@@ -749,6 +784,29 @@ async fn a_credential_header_sent_twice_is_a_400_in_each_dialect() {
             "no key in the answer: {text}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_token_request_that_is_not_a_json_object_is_a_400_saying_so() {
+    let server = start(&config("", "")).await;
+    let auth = bearer(KEY);
+    for body in [json!([600, ["chat"]]), json!([]), json!("ttl_s"), json!(600)] {
+        let (status, _, text) = post(server.url("/v1/tokens"), &body, &[("authorization", &auth)]).await;
+        assert_eq!(status, 400, "{body}: {text}");
+        let message = json_of(&text)["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(message.contains("must be a JSON object"), "{body}: {text}");
+        assert!(!text.contains("\"token\""), "no token minted for {body}: {text}");
+    }
+    let (status, _, text) = post(
+        server.url("/v1/tokens"),
+        &json!({"ttl_s": 60}),
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(status, 200, "an object still mints: {text}");
 }
 
 /// Minting a token for a model is refused exactly as a chat request for it is: past the

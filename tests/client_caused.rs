@@ -103,6 +103,32 @@ async fn a_tool_schema_that_does_not_compile_is_a_400_before_any_attempt() {
     still_served_by_a(&server).await;
 }
 
+#[tokio::test]
+async fn tool_patterns_over_the_requests_regex_budget_are_a_400_naming_the_tool_before_any_attempt() {
+    let server = start(&config()).await;
+    // Each compiles to between 256 and 512 KiB: 32 of them get 256 KiB each of the
+    // request's 8 MiB, so the first is over its share.
+    let tools: Vec<Value> = (0..32)
+        .map(|i| {
+            json!({"type": "function", "function": {"name": format!("t{i}"), "parameters":
+                {"type": "object", "properties": {"s": {"type": "string", "pattern": "^\\w{3000}$"}}}}})
+        })
+        .collect();
+    let mut body = tool_request(weather(), None);
+    body["tools"] = json!(tools);
+    let reply = post_sse(&server.url(""), &body, &[]).await;
+    assert_eq!(reply.status, 400, "{}", reply.raw);
+    let body: Value = serde_json::from_str(&reply.raw).unwrap_or(Value::Null);
+    assert_eq!(body["error"]["code"], "pattern_budget_exceeded", "{}", reply.raw);
+    assert_eq!(body["error"]["param"], "tools[0]", "{}", reply.raw);
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("tool \"t0\"") && message.contains("8 MiB"),
+        "{message}"
+    );
+    assert_eq!(upstream_requests(&server), 0, "no attempt was made");
+}
+
 /// A valid schema no answer can meet: every answer fails it, on every route, but only the
 /// client's own requests pay (each is repaired and failed over, then refused); no route's
 /// breaker opens, so other clients are still served by the first route.

@@ -125,7 +125,8 @@ impl Mux {
         self.budget.lock().on_request(now);
     }
 
-    /// Streams `req` along `plan`. The first event is `Start` (commit) or `Error`. The stream
+    /// Streams `req` along `plan`, its answers judged by `gates` (compiled once for the
+    /// request, `Gates::compile`). The first event is `Start` (commit) or `Error`. The stream
     /// holds `guard` until it ends or is dropped (the gateway's open-stream count), so no
     /// wrapper stream is needed for it.
     pub fn run(
@@ -133,8 +134,9 @@ impl Mux {
         req: ChatRequest,
         ctx: RequestCtx,
         plan: Plan,
+        gates: tool_calls::Gates,
         guard: impl Send + 'static,
     ) -> EventStream {
-        run::stream(Arc::clone(self), Arc::new(req), ctx, plan, guard)
+        run::stream(Arc::clone(self), Arc::new(req), ctx, plan, gates, guard)
     }
 }

@@ -1,6 +1,7 @@
 //! The upstream HTTP client every adapter shares: hyper-util's pooled clients (in lanes,
 //! `lanes`, so no stream waits behind a full HTTP/2 connection) over a connector with
-//! TCP_NODELAY, one timeout for the whole connect (TCP and TLS), and rustls (ring, the
+//! TCP_NODELAY, one timeout for the whole connect (TCP and TLS; the route's
+//! `connect_timeout_ms`, `with_connect_timeout`), and rustls (ring, the
 //! platform's roots) speaking HTTP/2 where the upstream offers it by ALPN, HTTP/1.1 otherwise;
 //! a plain-http upstream marked for it is spoken to in HTTP/2 from the first byte (prior
 //! knowledge, h2c).
@@ -40,7 +41,8 @@ use super::lanes::{Lanes, Sent};
 use super::proxy::ProxyConnector;
 pub(crate) use super::proxy::ProxyFailed;
 
-/// How long reaching an upstream may take, TCP and TLS together.
+/// How long reaching an upstream may take, TCP and TLS together, unless the route says
+/// otherwise (`HttpClient::with_connect_timeout`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long an idle pooled connection is kept.
@@ -71,10 +73,22 @@ pub struct HttpClient {
     lanes: Arc<Lanes>,
     /// Plain-http upstreams are spoken to in HTTP/2 from the first byte (h2c).
     prior_knowledge: bool,
+    /// The bound on each new connection's connect (TCP, proxy tunnel and TLS).
+    connect_timeout: Duration,
     proxies: Arc<Matcher>,
 }
 
 impl HttpClient {
+    /// This client (the same lanes), bounding each new connection's connect by `timeout`
+    /// instead: a route's `connect_timeout_ms`. Connections under different bounds are
+    /// pooled apart (a lane's connector carries one bound).
+    pub fn with_connect_timeout(&self, timeout: Duration) -> HttpClient {
+        HttpClient {
+            connect_timeout: timeout,
+            ..self.clone()
+        }
+    }
+
     /// This client (the same pools), speaking HTTP/2 with prior knowledge to plain-http
     /// upstreams: no HTTP/1.1, many streams over one connection. An https upstream still
     /// negotiates by ALPN.
@@ -99,14 +113,14 @@ impl HttpClient {
             }
         }
         let h2c = self.prior_knowledge && request.uri().scheme() == Some(&Scheme::HTTP);
-        self.lanes.send(request, h2c)
+        self.lanes.send(request, h2c, self.connect_timeout)
     }
 }
 
 impl fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpClient")
-            .field("connect_timeout", &CONNECT_TIMEOUT)
+            .field("connect_timeout", &self.connect_timeout)
             .field("pool_max_idle_per_host", &POOL_MAX_IDLE_PER_HOST)
             .field("http2_prior_knowledge", &self.prior_knowledge)
             // The matcher's `Debug` names the proxies' URLs without their credentials.
@@ -135,6 +149,7 @@ pub(crate) fn http_client_with(proxies: Matcher) -> HttpClient {
     HttpClient {
         lanes: Arc::new(Lanes::new(connector)),
         prior_knowledge: false,
+        connect_timeout: CONNECT_TIMEOUT,
         proxies,
     }
 }
@@ -148,6 +163,7 @@ pub(crate) fn http_client_taking(streams: usize) -> (HttpClient, Arc<Lanes>) {
     let client = HttpClient {
         lanes: Arc::clone(&lanes),
         prior_knowledge: false,
+        connect_timeout: CONNECT_TIMEOUT,
         proxies,
     };
     (client, lanes)
@@ -214,7 +230,7 @@ fn tls_config(provider: Arc<rustls::crypto::CryptoProvider>) -> rustls::ClientCo
     }
 }
 
-/// A connect that took longer than `CONNECT_TIMEOUT`.
+/// A connect that took longer than its bound (`CONNECT_TIMEOUT` or the route's).
 #[derive(Debug, thiserror::Error)]
 #[error("connect timed out after {0:?}")]
 pub(crate) struct ConnectTimedOut(pub Duration);
@@ -225,6 +241,19 @@ pub(crate) struct ConnectTimedOut(pub Duration);
 pub(crate) struct ConnectTimeout<C> {
     inner: C,
     timeout: Duration,
+}
+
+impl<C> ConnectTimeout<C> {
+    /// The same connector under another bound.
+    pub(crate) fn with_timeout(&self, timeout: Duration) -> Self
+    where
+        C: Clone,
+    {
+        ConnectTimeout {
+            inner: self.inner.clone(),
+            timeout,
+        }
+    }
 }
 
 impl<C> Service<Uri> for ConnectTimeout<C>
@@ -320,6 +349,49 @@ mod tests {
         let e = classify_transport(&err);
         assert_eq!(e.class, ErrorClass::Timeout, "{e}");
         assert!(e.message.starts_with("upstream timed out"), "{}", e.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_routes_connect_timeout_bounds_the_connect_instead_of_the_default() {
+        // An https upstream that takes the connection and never answers the TLS hello.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("addr");
+        let _held = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let bound = Duration::from_millis(300);
+        let default = http_client();
+        let client = default.with_connect_timeout(bound);
+        assert!(format!("{client:?}").contains("300ms"), "{client:?}");
+        let started = tokio::time::Instant::now();
+        let sent = client.request(post(&format!("https://{addr}/v1/chat/completions")));
+        let err = match tokio::time::timeout(CONNECT_TIMEOUT * 2, sent).await {
+            Ok(Err(err)) => err,
+            Ok(Ok(_)) => panic!("a silent upstream cannot answer"),
+            Err(_) => panic!("the connect timeout did not fire"),
+        };
+        let waited = started.elapsed();
+        let e = classify_transport(&err);
+        assert_eq!(e.class, ErrorClass::Timeout, "{e}");
+        assert!(
+            waited >= bound && waited < CONNECT_TIMEOUT,
+            "the connect gave up after {waited:?}, not the route's {bound:?}"
+        );
+        // The same lanes without the route's bound keep the default: their connects to
+        // that upstream go through lanes of their own.
+        let started = tokio::time::Instant::now();
+        let sent = default.request(post(&format!("https://{addr}/v1/chat/completions")));
+        let _ = tokio::time::timeout(CONNECT_TIMEOUT * 2, sent).await;
+        assert!(
+            started.elapsed() >= CONNECT_TIMEOUT,
+            "the default-bound connect gave up after {:?}: it shared the route's lanes",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]

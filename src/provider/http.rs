@@ -1,6 +1,7 @@
 //! An upstream's HTTP endpoint and the steps every adapter takes to open a stream on it:
 //! the streaming POST, the route's key as a sensitive header, the send, the status
-//! classification, and the body handed to a wire decoder.
+//! classification, the check that a 2xx answer is an event stream, and the body handed to
+//! a wire decoder.
 
 use std::fmt;
 
@@ -99,6 +100,9 @@ impl Endpoint {
             if !response.status().is_success() {
                 return Err(classify_response(response).await);
             }
+            if let Some(refused) = not_an_event_stream(response.status().as_u16(), response.headers()) {
+                return Err(refused);
+            }
             // Route keys out of the answer before the mux records or forwards any of it.
             Ok(scrub(
                 drive(BodyDataStream::new(response.into_body()), decoder),
@@ -115,6 +119,43 @@ impl Endpoint {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .finish()
     }
+}
+
+/// At most this many characters of an unexpected content-type are quoted in an error.
+const MAX_CONTENT_TYPE_CHARS: usize = 64;
+
+/// A 2xx answer to a streaming request whose content-type is not `text/event-stream` (an
+/// HTML login page from a proxy, a JSON body from a server that ignored `stream: true`): a
+/// protocol error naming what came instead, bounded to `MAX_CONTENT_TYPE_CHARS` printable
+/// ASCII characters (and redacted, as every `ProviderError` message is). `None` for an
+/// event stream, whatever its parameters (`; charset=utf-8`).
+fn not_an_event_stream(status: u16, headers: &http::HeaderMap) -> Option<ProviderError> {
+    let found = match headers.get(CONTENT_TYPE) {
+        None => "no content-type".to_string(),
+        Some(value) => {
+            let media = value.as_bytes().split(|b| *b == b';').next().unwrap_or_default();
+            if media.trim_ascii().eq_ignore_ascii_case(b"text/event-stream") {
+                return None;
+            }
+            let mut shown: String = value
+                .as_bytes()
+                .iter()
+                .take(MAX_CONTENT_TYPE_CHARS)
+                .map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' })
+                .collect();
+            if value.len() > MAX_CONTENT_TYPE_CHARS {
+                shown.push('…');
+            }
+            format!("content-type \"{shown}\"")
+        }
+    };
+    Some(
+        ProviderError::new(
+            ErrorClass::Protocol,
+            format!("upstream answered {status} with {found} instead of an event stream (text/event-stream)"),
+        )
+        .with_status(status),
+    )
 }
 
 fn unbuildable(why: &str) -> ProviderError {
@@ -136,6 +177,58 @@ mod tests {
             key.map(str::to_string),
             http_client(),
         )
+    }
+
+    fn content_type(value: &[u8]) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        let value = HeaderValue::from_bytes(value).expect("a valid test header value");
+        headers.insert(CONTENT_TYPE, value);
+        headers
+    }
+
+    #[test]
+    fn an_event_stream_with_parameters_is_an_event_stream() {
+        for value in [
+            &b"text/event-stream"[..],
+            b"text/event-stream; charset=utf-8",
+            b" Text/Event-Stream ;charset=UTF-8",
+        ] {
+            let headers = content_type(value);
+            assert!(
+                not_an_event_stream(200, &headers).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(value)
+            );
+        }
+    }
+
+    #[test]
+    fn a_2xx_answer_of_another_type_names_the_type_that_came() {
+        let e = not_an_event_stream(200, &content_type(b"application/json; charset=utf-8")).expect("refused");
+        assert_eq!(e.class, ErrorClass::Protocol, "{e}");
+        assert_eq!(e.status, Some(200));
+        assert!(
+            e.message.contains("content-type \"application/json; charset=utf-8\""),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("text/event-stream"),
+            "says what was expected: {}",
+            e.message
+        );
+        let e = not_an_event_stream(204, &http::HeaderMap::new()).expect("refused");
+        assert!(e.message.contains("204 with no content-type"), "{}", e.message);
+    }
+
+    #[test]
+    fn an_unexpected_content_type_is_quoted_bounded_and_printable() {
+        let long = format!("text/html; x={}", "a".repeat(500));
+        let e = not_an_event_stream(200, &content_type(long.as_bytes())).expect("refused");
+        assert!(e.message.len() < 200, "bounded: {}", e.message);
+        assert!(e.message.contains("text/html; x=aaa"), "{}", e.message);
+        let e = not_an_event_stream(200, &content_type(b"text/html\xff\xfe")).expect("refused");
+        assert!(e.message.contains("text/html??"), "{}", e.message);
     }
 
     #[test]
@@ -239,6 +332,26 @@ mod tests {
                 server.closed.load(Ordering::SeqCst),
                 burst - POOL_MAX_IDLE_PER_HOST,
                 "{POOL_MAX_IDLE_PER_HOST} stay idle in the pool"
+            );
+        }
+
+        #[tokio::test]
+        async fn a_2xx_answer_that_is_not_an_event_stream_says_which_content_type_came() {
+            let body = r#"{"id":"x","object":"chat.completion","choices":[]}"#;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let server = SocketServer::start(&answer, false, 1).await;
+            let e = match provider(&server).open(hello("req-1")).await {
+                Err(e) => e,
+                Ok(stream) => panic!("a JSON answer opened a stream: {:?}", stream.collect::<Vec<_>>().await),
+            };
+            assert_eq!(e.class, ErrorClass::Protocol, "{e}");
+            assert!(
+                e.message.contains("content-type \"application/json\"") && e.message.contains("text/event-stream"),
+                "names the type that came and the one expected: {}",
+                e.message
             );
         }
 

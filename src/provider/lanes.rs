@@ -7,7 +7,7 @@
 //! seconds, so the (limit + 1)-th stream to a provider would wait with no first token, be
 //! hedged, and blame a healthy route.
 //!
-//! How: per upstream (scheme, authority, prior knowledge) a small set of pooled clients, the
+//! How: per upstream (scheme, authority, prior knowledge, connect timeout) a small set of pooled clients, the
 //! lanes, each with its own pool over the same connector and a count of its requests in
 //! flight. A request takes the first lane with room under the peer's stream limit (read from
 //! the connection's preface, `settings`; until then, and when the peer names none,
@@ -34,6 +34,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::{Authority, Scheme};
@@ -68,6 +69,8 @@ struct Upstream {
     scheme: Option<Scheme>,
     authority: Option<Authority>,
     prior_knowledge: bool,
+    /// The bound on each connect of its lanes (routes to one host may set different ones).
+    connect_timeout: Duration,
 }
 
 impl Lanes {
@@ -83,9 +86,10 @@ impl Lanes {
         }
     }
 
-    /// Sends `request` on a lane with room; resolves at the response's head.
-    pub fn send(&self, request: Request<RequestBody>, prior_knowledge: bool) -> Sent {
-        let set = self.set_for(request.uri(), prior_knowledge);
+    /// Sends `request` on a lane with room, a new connection's connect bounded by
+    /// `connect_timeout`; resolves at the response's head.
+    pub fn send(&self, request: Request<RequestBody>, prior_knowledge: bool, connect_timeout: Duration) -> Sent {
+        let set = self.set_for(request.uri(), prior_knowledge, connect_timeout);
         let in_flight = set.take();
         Sent {
             inner: in_flight.0.client.request(request),
@@ -94,11 +98,12 @@ impl Lanes {
         }
     }
 
-    fn set_for(&self, uri: &Uri, prior_knowledge: bool) -> Arc<LaneSet> {
+    fn set_for(&self, uri: &Uri, prior_knowledge: bool, connect_timeout: Duration) -> Arc<LaneSet> {
         let mut key = Upstream {
             scheme: uri.scheme().cloned(),
             authority: uri.authority().cloned(),
             prior_knowledge,
+            connect_timeout,
         };
         let mut upstreams = self.upstreams.lock();
         if !upstreams.contains_key(&key) && upstreams.len() >= MAX_UPSTREAMS {
@@ -106,6 +111,7 @@ impl Lanes {
                 scheme: None,
                 authority: None,
                 prior_knowledge,
+                connect_timeout,
             };
         }
         let set = upstreams.entry(key).or_insert_with_key(|key| {
@@ -115,7 +121,7 @@ impl Lanes {
                     .as_ref()
                     .map_or_else(|| "(overflow)".into(), ToString::to_string),
                 prior_knowledge,
-                connector: self.connector.clone(),
+                connector: self.connector.with_timeout(key.connect_timeout),
                 default_limit: self.default_limit,
                 http1: AtomicBool::new(false),
                 full_logged: AtomicBool::new(false),
@@ -128,7 +134,7 @@ impl Lanes {
     /// Lanes made for the upstream of `uri` so far, and requests in flight on them.
     #[cfg(test)]
     pub fn to(&self, uri: &Uri, prior_knowledge: bool) -> (usize, usize) {
-        let set = self.set_for(uri, prior_knowledge);
+        let set = self.set_for(uri, prior_knowledge, super::client::CONNECT_TIMEOUT);
         let lanes = set.lanes.lock();
         let in_flight = lanes.iter().map(|l| l.in_flight.load(Ordering::Relaxed)).sum();
         (lanes.len(), in_flight)

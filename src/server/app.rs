@@ -4,6 +4,7 @@
 //! One service with a future of its own instead of a stack of `from_fn` layers on the router:
 //! each of those boxed a future and cloned the boxed routes beneath it on every request.
 //! Order for an API request (every path but the two pages), outermost first:
+//! 0. the header-size limit (`head_limit`, every path): a JSON 431 before anything runs;
 //! 1. the refusals (`Refusals`): a bare 404, 405 or 413 from anything inside becomes JSON;
 //! 2. the origin guard (`transport::cors::guard`): a 403 before anything else runs, so a
 //!    refused origin's body is never read;
@@ -31,7 +32,8 @@ use tower_http::cors::{Cors, ResponseFuture as CorsFuture};
 use tower_service::Service;
 
 use super::body::{BodyLimits, BodyReader};
-use super::reply::{client_request_id, dialect_of, render, EdgeRefusal};
+use super::head_limit;
+use super::reply::{client_request_id, dialect_of, render, request_id, EdgeRefusal};
 use crate::transport::cors::{self, Origins};
 use crate::transport::{self, AppState};
 use crate::types::{Dialect, RequestCtx};
@@ -47,6 +49,7 @@ pub struct Edge {
     api: Cors<BodyReader>,
     origins: Arc<Origins>,
     max_bytes: usize,
+    max_header_bytes: usize,
 }
 
 /// The app for a server bound to `local`.
@@ -57,6 +60,7 @@ pub fn app(state: AppState, local: SocketAddr) -> Edge {
         timeout: server.body_read_timeout,
     };
     let origins = Arc::new(Origins::new(&server.cors_allowed_origins, local));
+    let max_header_bytes = server.max_header_bytes;
     // Embedded so the binary serves them from any working directory; `no-cache` so a rebuilt
     // binary's pages are picked up without a stale copy.
     let page = |html: &'static str| {
@@ -83,6 +87,7 @@ pub fn app(state: AppState, local: SocketAddr) -> Edge {
         api: cors::cors(BodyReader::new(routes, limits), &origins),
         origins,
         max_bytes: limits.max_bytes,
+        max_header_bytes,
     }
 }
 
@@ -90,6 +95,15 @@ impl Edge {
     /// Answers `request` (see the module doc for what it passes).
     pub fn call(&mut self, mut request: Request) -> EdgeFuture {
         let path = request.uri().path();
+        if head_limit::over_limit(request.headers(), self.max_header_bytes) {
+            let dialect = dialect_of(path);
+            let refusal = EdgeRefusal::HeadersTooLarge {
+                limit: self.max_header_bytes,
+            };
+            return EdgeFuture::Refused {
+                response: Some(render(refusal, dialect, &request_id(request.headers(), dialect))),
+            };
+        }
         let refusals = Some(Refusals {
             dialect: dialect_of(path),
             client_id: client_request_id(request.headers()).map(str::to_string),

@@ -11,8 +11,10 @@
 //!    keeps one 8 KiB read buffer;
 //! 3. hyper-util's connection builder: HTTP/1's per-request header-read timeout (slowloris),
 //!    a bounded header buffer and header count, HTTP/1.1 and HTTP/2, WebSocket upgrades;
-//! 4. the edge's refusals (`app`, `reply`): a bare 404, 405 or 413 becomes JSON in the path's
-//!    dialect, with `x-request-id`;
+//! 4. the edge's refusals (`app`, `reply`): a head over `max_header_bytes` gets a JSON 431
+//!    (`head_limit`; hyper's and h2's own limits are set above it so the request gets this
+//!    far), and a bare 404, 405 or 413 becomes JSON in the path's dialect, with
+//!    `x-request-id`;
 //! 5. on the chat and ops routes (not the two pages): the origin guard (`transport::cors`),
 //!    which refuses a browser request from an origin not in `[server.cors] allowed_origins`
 //!    (nor the server's own loopback origins) with a 403 before anything runs, then
@@ -44,6 +46,7 @@ mod app;
 mod body;
 mod conn;
 mod head;
+mod head_limit;
 mod reply;
 mod sniff;
 
@@ -147,7 +150,9 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(server.header_read_timeout)
-        .max_buf_size(server.max_header_bytes.max(8192))
+        // Above `max_header_bytes`, so the edge can refuse a head just over it with the JSON
+        // 431 (`head_limit`); hyper's own bare 431 is left for heads far over it.
+        .max_buf_size(head_limit::protocol_limit(server.max_header_bytes, server.max_headers).max(8192))
         // Half-close stays off (hyper's default): the end of the read side is taken for a
         // client gone, so an answer abandoned before its first byte releases its slot and
         // upstream at once. With it on, such a client was noticed only by a failed write:
@@ -159,7 +164,10 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(server.max_header_bytes as u32)
+        // As for HTTP/1: headroom, so h2 does not reset the stream before the edge answers.
+        .max_header_list_size(
+            u32::try_from(head_limit::protocol_limit(server.max_header_bytes, server.max_headers)).unwrap_or(u32::MAX),
+        )
         // Pings find HTTP/2 peers that vanished without closing, so their connection permit
         // and streams are released.
         .keep_alive_interval(Some(Duration::from_secs(20)))

@@ -1,4 +1,4 @@
-//! The edge's own refusals (404, 405, 408, 413) as JSON in the caller's dialect, chosen by
+//! The edge's own refusals (404, 405, 408, 413, 431) as JSON in the caller's dialect, chosen by
 //! path: the Anthropic shape under `/v1/messages`, the native one under `/v1/stream`, the
 //! OpenAI shape everywhere else. Each carries `x-request-id`.
 
@@ -22,6 +22,10 @@ pub enum EdgeRefusal {
     },
     /// The client broke off or mangled its body.
     BodyUnreadable,
+    /// The request's header fields are over `max_header_bytes` (`head_limit`).
+    HeadersTooLarge {
+        limit: usize,
+    },
 }
 
 impl EdgeRefusal {
@@ -57,6 +61,12 @@ impl EdgeRefusal {
                 "body_unreadable",
                 "the request body could not be read".to_string(),
             ),
+            EdgeRefusal::HeadersTooLarge { limit } => (
+                431,
+                ErrorClass::BadRequest,
+                "headers_too_large",
+                format!("request headers exceed the {limit}-byte limit (server.max_header_bytes)"),
+            ),
         };
         ErrorReply {
             status,
@@ -70,7 +80,10 @@ impl EdgeRefusal {
     fn closes_connection(self) -> bool {
         matches!(
             self,
-            EdgeRefusal::BodyTimeout | EdgeRefusal::TooLarge { .. } | EdgeRefusal::BodyUnreadable
+            EdgeRefusal::BodyTimeout
+                | EdgeRefusal::TooLarge { .. }
+                | EdgeRefusal::BodyUnreadable
+                | EdgeRefusal::HeadersTooLarge { .. }
         )
     }
 }

@@ -9,7 +9,9 @@
 //!
 //! 1. With an `Origin` (every cross-origin fetch, every POST, every WebSocket upgrade): it
 //!    must be in the allowlist, exactly. Anything else, `null` included, gets a 403; an
-//!    `Origin` sent twice (no browser does) a 400, whatever the values.
+//!    `Origin` sent twice (no browser does) a 400, whatever the values; so does a repeated
+//!    `Sec-Fetch-Site`, whether or not an `Origin` came (two differing values would let the
+//!    guard read the harmless one and the rest of a stack the other).
 //! 2. Without one and without `Sec-Fetch-Site`: not a browser (SDKs, curl, servers): allowed.
 //! 3. Without one, from a browser on another site (`Sec-Fetch-Site: cross-site|same-site`:
 //!    `<img>`, `<script>`, links): refused.
@@ -120,6 +122,8 @@ pub enum Refusal {
     ForeignHost,
     /// `Origin` sent more than once: which page asks is ambiguous.
     RepeatedOrigin,
+    /// `Sec-Fetch-Site` sent more than once: where the request comes from is ambiguous.
+    RepeatedFetchSite,
 }
 
 impl Refusal {
@@ -131,6 +135,7 @@ impl Refusal {
             Refusal::CrossSite => "cross_site_request",
             Refusal::ForeignHost => "host_not_allowed",
             Refusal::RepeatedOrigin => "origin_repeated",
+            Refusal::RepeatedFetchSite => "sec_fetch_site_repeated",
         }
     }
 
@@ -143,13 +148,14 @@ impl Refusal {
                  open tailcut at its loopback address or list the origin in [server.cors] allowed_origins"
             }
             Refusal::RepeatedOrigin => "origin may be sent only once",
+            Refusal::RepeatedFetchSite => "sec-fetch-site may be sent only once",
         }
     }
 
     /// A repeated header is a malformed request (400); the others are refusals (403).
     fn class(self) -> ErrorClass {
         match self {
-            Refusal::RepeatedOrigin => ErrorClass::BadRequest,
+            Refusal::RepeatedOrigin | Refusal::RepeatedFetchSite => ErrorClass::BadRequest,
             _ => ErrorClass::Forbidden,
         }
     }
@@ -181,6 +187,9 @@ impl Origins {
     pub fn check(&self, headers: &HeaderMap, uri: &Uri) -> Result<(), Refusal> {
         if headers.get_all(header::ORIGIN).iter().nth(1).is_some() {
             return Err(Refusal::RepeatedOrigin);
+        }
+        if headers.get_all("sec-fetch-site").iter().nth(1).is_some() {
+            return Err(Refusal::RepeatedFetchSite);
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
             return match origin.to_str() {
@@ -267,10 +276,14 @@ fn refused(path: &str, refusal: Refusal) -> Response {
         status: refusal.class().http_status(),
         class: refusal.class(),
         code: Some(match refusal {
-            Refusal::RepeatedOrigin => "bad_request",
+            Refusal::RepeatedOrigin | Refusal::RepeatedFetchSite => "bad_request",
             _ => refusal.metric_label(),
         }),
-        param: (refusal == Refusal::RepeatedOrigin).then(|| "origin".to_string()),
+        param: match refusal {
+            Refusal::RepeatedOrigin => Some("origin".to_string()),
+            Refusal::RepeatedFetchSite => Some("sec-fetch-site".to_string()),
+            _ => None,
+        },
         ..ErrorReply::bad_request(refusal.message())
     };
     let request_id = RequestCtx::new(Dialect::OpenAi).request_id;
@@ -334,6 +347,43 @@ mod tests {
         let bytes = resp.into_body().collect().await.expect("body").to_bytes();
         let body: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
         assert_eq!(body["class"], "bad_request", "native shape: {body}");
+    }
+
+    #[tokio::test]
+    async fn a_sec_fetch_site_sent_twice_is_a_400_whatever_the_values() {
+        use http_body_util::BodyExt;
+        let o = origins(&[], "127.0.0.1:8080");
+        for (first, second) in [
+            ("same-origin", "cross-site"),
+            ("none", "none"),
+            ("cross-site", "same-origin"),
+        ] {
+            let mut h = headers(&[("sec-fetch-site", first), ("host", "127.0.0.1:8080")]);
+            h.append("sec-fetch-site", second.parse().expect("value"));
+            assert_eq!(
+                o.check(&h, &Uri::from_static("/v1/chat/completions")),
+                Err(Refusal::RepeatedFetchSite),
+                "{first}, then {second}"
+            );
+            // With an allowed Origin too: the repeat is still malformed.
+            h.insert("origin", "http://127.0.0.1:8080".parse().expect("value"));
+            assert_eq!(
+                o.check(&h, &Uri::from_static("/v1/chat/completions")),
+                Err(Refusal::RepeatedFetchSite),
+                "{first}, then {second}, with an allowed origin"
+            );
+        }
+        let resp = refused("/v1/chat/completions", Refusal::RepeatedFetchSite);
+        assert_eq!(resp.status(), 400);
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("sec-fetch-site")),
+            "{body}"
+        );
     }
 
     fn origins(listed: &[&str], local: &str) -> Origins {

@@ -166,9 +166,16 @@ impl ErrorReply {
     pub fn from_gateway(e: &GatewayError) -> Self {
         let mut reply = ErrorReply::new(e.status(), e.class(), e.to_string());
         reply.retry_after = e.retry_after();
-        if let GatewayError::UnknownModel { .. } = e {
-            reply.param = Some("model".to_string());
-            reply.code = Some("model_not_found");
+        match e {
+            GatewayError::UnknownModel { .. } => {
+                reply.param = Some("model".to_string());
+                reply.code = Some("model_not_found");
+            }
+            GatewayError::InvalidSchema(refusal) => {
+                reply.param = Some(refusal.param.clone());
+                reply.code = Some(refusal.code);
+            }
+            _ => {}
         }
         reply
     }

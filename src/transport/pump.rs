@@ -16,7 +16,8 @@
 //!   client can keep its connection alive (reading other streams, answering pings) while
 //!   never opening one stream's flow-control window: hyper then never polls that body, and
 //!   only this timer releases the stream's slot and upstream. The reader gets what was
-//!   queued and then an unfinished end;
+//!   queued and then a `client_too_slow` error (class client: logged and counted as the
+//!   client's, never as tailcut's own `internal`), should it ever read again;
 //! - the drain cut it: the reader then gets a `draining` error after what was queued.
 //!
 //! Memory per stream is bounded by the channel (`CAPACITY` events) however slow the reader.
@@ -29,7 +30,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::drain::cut_event;
-use crate::types::{Envelope, EventStream, FinishReason, StreamEvent};
+use crate::types::{Envelope, ErrorClass, ErrorEvent, EventStream, FinishReason, StreamEvent};
 
 /// Events queued for a reader. A few socket writes' worth of deltas: enough that a reading
 /// client never waits on the pump, small because a non-reading client holds this much.
@@ -45,7 +46,7 @@ enum Stop {
     /// The drain cut the stream.
     Cut(Box<Envelope>),
     /// The reader took no event for `stall`.
-    Stalled,
+    Stalled(Box<Envelope>),
 }
 
 /// Drives `events` in a task of its own, holding `slot` until it ends; the returned stream
@@ -101,7 +102,7 @@ where
                     biased;
                     _ = &mut cancelled => break Stop::Cut(envelope),
                     _ = &mut cap, if capped => break Stop::Capped(envelope),
-                    _ = sleep_until(stalled_at) => break Stop::Stalled,
+                    _ = sleep_until(stalled_at) => break Stop::Stalled(envelope),
                     sent = tx.send(event) => if sent.is_err() { break Stop::Ended },
                 }
             }
@@ -113,7 +114,7 @@ where
         // learns why: by then nothing of this stream is held but what is queued.
         drop(events);
         drop(_slot);
-        if matches!(stop, Stop::Stalled) {
+        if matches!(stop, Stop::Stalled(_)) {
             tracing::info!(
                 stall_ms = stall.as_millis() as u64,
                 "the client took no event for client_write_timeout_ms; its stream was dropped"
@@ -130,11 +131,25 @@ where
         match stop_rx.await {
             Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(Box::new(cut_event(*envelope))),
             Ok(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope },
-            // Ended, stalled, or the task is gone: the dialect renders an unfinished stream
-            // honestly.
-            Ok(Stop::Ended | Stop::Stalled) | Err(_) => {}
+            Ok(Stop::Stalled(envelope)) => yield StreamEvent::Error(Box::new(too_slow(*envelope, stall))),
+            // Ended, or the task is gone: the dialect renders an unfinished stream honestly.
+            Ok(Stop::Ended) | Err(_) => {}
         }
     })
+}
+
+/// The in-band error a stream ends with when its reader took no event for `stall`.
+fn too_slow(envelope: Envelope, stall: Duration) -> ErrorEvent {
+    ErrorEvent {
+        class: ErrorClass::ClientTooSlow,
+        status: ErrorClass::ClientTooSlow.http_status(),
+        message: format!(
+            "the client took no data for {} ms (server.client_write_timeout_ms); the answer was dropped",
+            stall.as_millis()
+        ),
+        retry_after: None,
+        envelope,
+    }
 }
 
 /// Aborts the pump when its reader is dropped, so a client that goes away cancels the
@@ -257,11 +272,25 @@ mod tests {
             "the upstream is closed once no event was taken for 5 s"
         );
         assert!(slot.load(Ordering::SeqCst), "and the slot released");
-        let rest: Vec<StreamEvent> = out.collect().await;
+        let mut rest: Vec<StreamEvent> = out.collect().await;
+        let last = rest.pop();
         assert!(
             rest.len() <= CAPACITY && rest.iter().all(|e| matches!(e, StreamEvent::TextDelta(_))),
-            "the reader gets only what was queued, then an unfinished end: {rest:?}"
+            "the reader gets what was queued: {rest:?}"
         );
+        match last {
+            Some(StreamEvent::Error(e)) => {
+                assert_eq!(
+                    e.class,
+                    ErrorClass::ClientTooSlow,
+                    "the client's fault, not internal: {e:?}"
+                );
+                assert_eq!(e.class.blame(), crate::types::Blame::Client);
+                assert!(e.message.contains("client_write_timeout_ms"), "{}", e.message);
+                assert_eq!(e.envelope.route.as_deref(), Some("r"), "the answer's envelope");
+            }
+            other => panic!("then a client_too_slow error, not {other:?}"),
+        }
     }
 
     #[tokio::test(start_paused = true)]

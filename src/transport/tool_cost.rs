@@ -1,23 +1,23 @@
 //! What a request's schemas (its tools' parameters and a `json_schema` response format) may
-//! cost to compile, and that they compile: at most [`MAX_TOOLS`] tools and
+//! cost to compile, counted before anything compiles (and that no two tools share a name):
+//! at most [`MAX_TOOLS`] tools and
 //! [`MAX_SCHEMA_PATTERNS`] regular expressions and `MAX_SCHEMA_NODES` schema nodes with their
-//! references followed (`transport::schema_size`) across all the schemas, each a valid JSON
-//! Schema whose patterns compile within `mux::tool_calls::PATTERN_SIZE_LIMIT`, else a 400 naming the limit or
-//! the schema.
+//! references followed (`transport::schema_size`) across all the schemas, else a 400 naming
+//! the limit or the schema.
 //!
-//! The mux compiles the request's schemas once more, for all its attempts (the tool-call
-//! assembler checks finished calls against them), on the runtime's worker threads. A plain schema compiles in
+//! The schemas are then compiled once, by the gateway (`mux::tool_calls::Gates::compile`),
+//! for all the request's attempts (the tool-call assembler checks finished calls against
+//! them), their patterns within the request's 8 MiB budget; a schema that does not compile
+//! is refused there, naming it. That runs on the runtime's worker threads. A plain schema compiles in
 //! microseconds, but each `pattern` / `patternProperties` key is a regex: one of twenty
 //! bytes such as `(\w{1,200}){1,200}` takes tens of milliseconds, so a 4 MB body of them
 //! would hold a worker for minutes. The byte and message limits of `transport::body` do not
 //! see that cost; counting the regexes does. 128 tools is OpenAI's own limit, so no request
 //! an SDK would send is refused for it.
 
-use serde_json::Value;
-
 use super::error::DecodeError;
 use super::schema_size::{expanded_nodes, TooBig, MAX_SCHEMA_NODES};
-use crate::mux::tool_calls::compile_problem;
+use crate::mux::tool_calls::count_patterns;
 use crate::types::{ChatRequest, ResponseFormat};
 
 /// Tools one request may offer (OpenAI's limit for `tools`).
@@ -38,6 +38,21 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
             ),
         )
         .with_code("max_tools_exceeded"));
+    }
+    // Two tools of one name: a call to it could be judged by either schema, and the client
+    // could not tell which tool the model meant.
+    let mut names = std::collections::HashSet::with_capacity(req.tools.len());
+    for (i, tool) in req.tools.iter().enumerate() {
+        if !names.insert(tool.name.as_str()) {
+            return Err(DecodeError::new(
+                format!("tools[{i}]"),
+                format!(
+                    "duplicate tool name {:?}: each tool in a request needs a name of its own",
+                    tool.name
+                ),
+            )
+            .with_code("duplicate_tool_name"));
+        }
     }
     let mut patterns = 0usize;
     for tool in &req.tools {
@@ -113,70 +128,14 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
             }
         }
     }
-    // A schema that does not compile cannot judge an answer: every answer checked against it
-    // would be refused as the route's invalid output (and fail over, and count against every
-    // route), so it is the request's error, found here before any attempt.
-    for (i, tool) in req.tools.iter().enumerate() {
-        if !tool.parameters.is_null() {
-            compiles(&tool.parameters).map_err(|why| {
-                DecodeError::new(
-                    format!("tools[{i}]"),
-                    format!(
-                        "tool {:?}: its parameters are not a valid JSON Schema: {why}",
-                        tool.name
-                    ),
-                )
-                .with_code("invalid_tool_schema")
-            })?;
-        }
-    }
-    if let Some(schema) = format {
-        compiles(schema).map_err(|why| {
-            DecodeError::new(
-                "response_format",
-                format!("the json_schema is not a valid JSON Schema: {why}"),
-            )
-            .with_code("invalid_response_schema")
-        })?;
-    }
     Ok(())
-}
-
-/// Whether `schema` compiles, and why not: the mux's own reading of a schema, so what
-/// passes here is what the request's quality gates judge by.
-fn compiles(schema: &Value) -> Result<(), String> {
-    compile_problem(schema).map_or(Ok(()), Err)
-}
-
-/// The regexes a schema holds. Iterative: a parsed value is at most serde_json's recursion
-/// limit deep, but the walk need not rely on that.
-fn count_patterns(schema: &Value) -> usize {
-    let mut count = 0usize;
-    let mut pending = vec![schema];
-    while let Some(value) = pending.pop() {
-        match value {
-            Value::Object(map) => {
-                for (key, child) in map {
-                    match (key.as_str(), child) {
-                        ("pattern", Value::String(_)) => count += 1,
-                        ("patternProperties", Value::Object(props)) => count += props.len(),
-                        _ => {}
-                    }
-                    pending.push(child);
-                }
-            }
-            Value::Array(items) => pending.extend(items),
-            _ => {}
-        }
-    }
-    count
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::types::ToolSpec;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn request(tools: Vec<ToolSpec>) -> ChatRequest {
         ChatRequest {
@@ -191,25 +150,6 @@ mod tests {
             description: None,
             parameters,
         }
-    }
-
-    #[test]
-    fn patterns_are_counted_wherever_they_sit() {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "pattern": "^a$"},
-                "list": {"type": "array", "items": [{"pattern": "b"}, {"anyOf": [{"pattern": "c"}]}]},
-            },
-            "patternProperties": {"^x": {}, "^y": {"pattern": "d"}},
-            "$defs": {"id": {"pattern": "e"}},
-        });
-        assert_eq!(
-            count_patterns(&schema),
-            7,
-            "five pattern strings and two patternProperties keys"
-        );
-        assert_eq!(count_patterns(&json!({"type": "object"})), 0, "none in a plain schema");
     }
 
     #[test]
@@ -238,73 +178,43 @@ mod tests {
     }
 
     #[test]
-    fn a_pattern_that_compiles_to_megabytes_is_refused() {
-        let heavy = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "\\w{2000}\\d{2000}\\s{2000}"}}});
-        let err = check(&request(vec![tool("heavy", heavy)])).expect_err("over the pattern size limit");
-        assert_eq!(err.code, Some("invalid_tool_schema"), "{}", err.message);
-        let plain = json!({"type": "object", "properties": {"d": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}}});
-        assert!(
-            check(&request(vec![tool("date", plain)])).is_ok(),
-            "an ordinary pattern compiles"
-        );
-        for ordinary in [
-            "^\\w{1,100}$",
-            "^[\\w.+-]+@[\\w-]+\\.[\\w.]+$",
-            "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}Z$",
-            // A Unicode class under a counted repetition (`[\\p{L}\\s'-]{0,63}`) compiles
-            // past the limit; under `*` it is small.
-            "^\\p{L}[\\p{L}\\s'-]*$",
-            "^(?=.*[A-Z])[A-Za-z0-9]{8,64}$",
-        ] {
-            let schema = json!({"type": "object", "properties": {"s": {"type": "string", "pattern": ordinary}}});
-            let checked = check(&request(vec![tool("ordinary", schema)]));
-            assert!(checked.is_ok(), "{ordinary}: {:?}", checked.err().map(|e| e.message));
-        }
-    }
-
-    #[test]
-    fn a_schema_that_does_not_compile_is_the_requests_error_named_by_its_place() {
-        for bad in [
-            json!({"type": "objekt"}),
-            json!({"$schema": "invalid-uri", "type": "object"}),
-            json!({"type": "object", "properties": {"a": {"pattern": "(unclosed"}}}),
-            json!({"$ref": "https://example.com/elsewhere.json"}),
-            json!(12),
-        ] {
-            let req = request(vec![tool("ok", json!({"type": "object"})), tool("broken", bad.clone())]);
-            let err = check(&req).expect_err("a broken schema is refused");
-            assert_eq!(err.code, Some("invalid_tool_schema"), "{bad}");
-            assert_eq!(err.param.as_deref(), Some("tools[1]"), "{bad}");
-            assert!(err.message.contains("\"broken\""), "names the tool: {}", err.message);
-        }
-        let no_parameters = request(vec![tool("bare", Value::Null), tool("empty", json!({}))]);
-        assert!(
-            check(&no_parameters).is_ok(),
-            "no schema and an empty one accept any object"
-        );
-        let structured = |schema: Value| ChatRequest {
+    fn the_response_formats_regexes_count_too() {
+        let patterns: serde_json::Map<String, Value> = (0..=MAX_SCHEMA_PATTERNS)
+            .map(|i| (format!("p{i}"), json!({"type": "string", "pattern": "^a+$"})))
+            .collect();
+        let req = ChatRequest {
             response_format: Some(ResponseFormat::JsonSchema {
                 name: "answer".into(),
-                schema,
+                schema: json!({"type": "object", "properties": patterns}),
                 strict: None,
             }),
             ..ChatRequest::default()
         };
-        let err = check(&structured(json!({"type": "strin"}))).expect_err("a broken response schema");
-        assert_eq!(
-            (err.code, err.param.as_deref()),
-            (Some("invalid_response_schema"), Some("response_format"))
-        );
-        assert!(
-            check(&structured(json!({"type": "object"}))).is_ok(),
-            "a good one passes"
-        );
-        let patterns: serde_json::Map<String, Value> = (0..=MAX_SCHEMA_PATTERNS)
-            .map(|i| (format!("p{i}"), json!({"type": "string", "pattern": "^a+$"})))
-            .collect();
-        let err = check(&structured(json!({"type": "object", "properties": patterns})))
-            .expect_err("the response format's regexes count too");
+        let err = check(&req).expect_err("33 regexes in the response format");
         assert_eq!(err.code, Some("max_schema_patterns_exceeded"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_tool_name_given_twice_is_refused_naming_it_and_its_place() {
+        let plain = json!({"type": "object"});
+        let req = request(vec![
+            tool("lookup", plain.clone()),
+            tool("weather", plain.clone()),
+            tool(
+                "lookup",
+                json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            ),
+        ]);
+        let err = check(&req).expect_err("two tools named lookup");
+        assert_eq!(err.code, Some("duplicate_tool_name"), "{}", err.message);
+        assert_eq!(err.param.as_deref(), Some("tools[2]"), "the second of the two");
+        assert!(
+            err.message.contains("\"lookup\""),
+            "names the duplicate: {}",
+            err.message
+        );
+        let distinct = request(vec![tool("lookup", plain.clone()), tool("Lookup", plain)]);
+        assert!(check(&distinct).is_ok(), "names are compared exactly");
     }
 
     #[test]

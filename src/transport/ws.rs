@@ -28,7 +28,6 @@ use super::cors::Origins;
 use super::error::ErrorReply;
 use super::native::ServerMessage;
 use super::sse_out::json_response;
-use crate::gateway::GatewayError;
 use crate::transport::AppState;
 use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx};
 
@@ -112,7 +111,7 @@ fn serve<F>(
     queue: usize,
 ) -> impl Future<Output = ()> + Send
 where
-    F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
+    F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, ErrorReply> + Send,
 {
     async move {
         let end = session.run(&mut socket, ping_every, queue).await;
@@ -201,7 +200,7 @@ mod tests {
         std::mem::size_of::<R>()
     }
 
-    type Chat = fn(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError>;
+    type Chat = fn(ChatRequest, RequestCtx) -> Result<EventStream, ErrorReply>;
 
     #[test]
     fn an_idle_sockets_task_stays_small() {

@@ -47,6 +47,9 @@ pub enum ErrorClass {
     /// tailcut is shutting down: the request was refused, or the answer was ended at the end
     /// of the drain. Retry on another instance.
     Draining,
+    /// The client took nothing for `client_write_timeout_ms` while an answer waited for it
+    /// (it stopped reading, or reads too slowly): the answer was dropped. The client's fault.
+    ClientTooSlow,
 }
 
 /// Who is at fault, for logs and alerting.
@@ -77,6 +80,7 @@ impl ErrorClass {
             ErrorClass::Unauthenticated => "unauthenticated",
             ErrorClass::Forbidden => "forbidden",
             ErrorClass::Draining => "draining",
+            ErrorClass::ClientTooSlow => "client_too_slow",
         }
     }
 
@@ -114,7 +118,8 @@ impl ErrorClass {
             ErrorClass::BadRequest
             | ErrorClass::ContextLength
             | ErrorClass::Unauthenticated
-            | ErrorClass::Forbidden => Blame::Client,
+            | ErrorClass::Forbidden
+            | ErrorClass::ClientTooSlow => Blame::Client,
             ErrorClass::Auth
             | ErrorClass::Quota
             | ErrorClass::NotFound
@@ -144,6 +149,8 @@ impl ErrorClass {
             ErrorClass::Internal => 500,
             ErrorClass::Unauthenticated => 401,
             ErrorClass::Forbidden => 403,
+            // Request Timeout: the server gave up on a client that would not take its answer.
+            ErrorClass::ClientTooSlow => 408,
         }
     }
 

@@ -64,12 +64,13 @@ pub fn stream(
     req: Arc<ChatRequest>,
     ctx: RequestCtx,
     plan: Plan,
+    gates: Gates,
     guard: impl Send + 'static,
 ) -> EventStream {
     Box::pin(async_stream::stream! {
         // Moved into the stream: dropped when it ends or is dropped unfinished.
         let _guard = guard;
-        let mut run = Run::new(mux, req, ctx, plan);
+        let mut run = Run::new(mux, req, ctx, plan, gates);
         // Events for the client, queued by a step and sent before the next one runs.
         let mut out = Vec::new();
         let mut state = State::AwaitingFirstToken;
@@ -155,7 +156,7 @@ struct Run {
 }
 
 impl Run {
-    fn new(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan) -> Self {
+    fn new(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan, gates: Gates) -> Self {
         let started = Instant::now();
         let deadline = started + ctx.deadline.unwrap_or(mux.config.server.deadline);
         let rtype = ctx.response_type.unwrap_or_else(|| req.detected_response_type());
@@ -192,7 +193,7 @@ impl Run {
             retried: Default::default(),
             moves: Default::default(),
             repair: Default::default(),
-            gates: Gates::for_request(&req),
+            gates,
             plan,
             mux,
             req,

@@ -1,11 +1,15 @@
 //! The request's tool schemas, compiled once, and the checks a finished call's arguments
-//! must pass: a JSON object (`""` reads as `{}`) that matches its tool's schema. Also why a
-//! client's schema does not compile ([`compile_problem`]), which the transport refuses.
+//! must pass: a JSON object (`""` reads as `{}`) that matches its tool's schema. A client's
+//! schema that does not compile, or not within the request's pattern budget
+//! (`schema_budget`), is the request's error (`ToolSchemas::compile_within`).
 
 use std::collections::HashMap;
 
 use jsonschema::Validator;
 use serde_json::Value;
+
+use super::schema_budget::{PatternBudget, SchemaRefusal};
+use crate::types::ToolSpec;
 
 /// The most a compiled `pattern` may take (the regex crate's own default is 10 MiB): 32 of a
 /// client's `\w{2000}\d{2000}\s{2000}` held a worker for seconds and took 200 MiB. Real
@@ -23,10 +27,16 @@ const PATTERN_BACKTRACK_LIMIT: usize = 100_000;
 /// Compiles a client's schema with the pattern limits above: every schema tailcut checks an
 /// answer against is compiled here. The error is what the crate says, as text.
 pub fn validator(schema: &Value) -> Result<Validator, String> {
+    validator_within(schema, PATTERN_SIZE_LIMIT)
+}
+
+/// As `validator`, each pattern's compiled size bounded by `size_limit` (a request's share
+/// of its pattern budget, `schema_budget`).
+pub(super) fn validator_within(schema: &Value, size_limit: usize) -> Result<Validator, String> {
     jsonschema::options()
         .with_pattern_options(
             jsonschema::PatternOptions::fancy_regex()
-                .size_limit(PATTERN_SIZE_LIMIT)
+                .size_limit(size_limit)
                 .dfa_size_limit(PATTERN_DFA_LIMIT)
                 .backtrack_limit(PATTERN_BACKTRACK_LIMIT),
         )
@@ -54,8 +64,34 @@ pub(super) enum Schema {
 }
 
 impl ToolSchemas {
+    /// Compiles every tool's schema, each once, its patterns within `budget`'s share; a
+    /// schema that does not compile is the request's error, naming the tool.
+    pub(super) fn compile_within(tools: &[ToolSpec], budget: PatternBudget) -> Result<Self, SchemaRefusal> {
+        let mut by_name = HashMap::with_capacity(tools.len());
+        for (i, tool) in tools.iter().enumerate() {
+            let schema = if tool.parameters.is_null() {
+                Schema::AnyObject
+            } else {
+                let what = format!("tool {:?}", tool.name);
+                match checked(&tool.parameters, budget, format!("tools[{i}]"), &what) {
+                    Ok(validator) => Schema::Checked(validator),
+                    Err(Uncompiled::OverShare(refusal)) => return Err(refusal),
+                    Err(Uncompiled::Invalid(why)) => {
+                        return Err(SchemaRefusal {
+                            param: format!("tools[{i}]"),
+                            code: "invalid_tool_schema",
+                            message: format!("{what}: its parameters are not a valid JSON Schema: {why}"),
+                        });
+                    }
+                }
+            };
+            by_name.entry(tool.name.clone()).or_insert(schema);
+        }
+        Ok(ToolSchemas { by_name })
+    }
+
     /// Compiles every tool's schema. The first tool of a given name wins.
-    pub(super) fn compile(tools: &[crate::types::ToolSpec]) -> Self {
+    pub(super) fn compile(tools: &[ToolSpec]) -> Self {
         let mut by_name = HashMap::with_capacity(tools.len());
         for tool in tools {
             by_name
@@ -98,10 +134,30 @@ impl Schema {
     }
 }
 
-/// Why `schema` does not compile as a JSON Schema (remote `$ref`s are never fetched, so one
-/// does not compile), cut short since the message may quote the schema; `None` when it does.
-pub fn compile_problem(schema: &Value) -> Option<String> {
-    validator(schema).err().map(clip)
+/// Why a schema was not compiled.
+pub(super) enum Uncompiled {
+    /// It compiles within the per-pattern maximum but not within the request's share.
+    OverShare(SchemaRefusal),
+    /// It does not compile: what the crate says, cut short.
+    Invalid(String),
+}
+
+/// `schema` compiled with its patterns within `budget`'s share (`param` and `what` name it in
+/// a refusal). Only a failed compile is tried again, at the per-pattern maximum, to tell a
+/// pattern over its share from one that cannot compile at all.
+pub(super) fn checked(
+    schema: &Value,
+    budget: PatternBudget,
+    param: String,
+    what: &str,
+) -> Result<Validator, Uncompiled> {
+    validator_within(schema, budget.per_pattern()).map_err(|why| {
+        if budget.per_pattern() < PATTERN_SIZE_LIMIT && validator(schema).is_ok() {
+            Uncompiled::OverShare(budget.over_share(param, what))
+        } else {
+            Uncompiled::Invalid(clip(why))
+        }
+    })
 }
 
 /// Parses a finished call's concatenated arguments: a JSON object, with blank meaning `{}`.

@@ -14,6 +14,8 @@ use std::sync::Arc;
 use jsonschema::Validator;
 use serde_json::Value;
 
+use super::schema::{checked, Uncompiled};
+use super::schema_budget::{PatternBudget, SchemaRefusal};
 use crate::types::{ChatRequest, ErrorClass, ResponseFormat};
 
 /// Cap on a held structured answer, in bytes (the assembler's cap on tool-call arguments).
@@ -73,6 +75,32 @@ impl StructuredGate {
             expect: Arc::new(expect),
             text: String::new(),
         })
+    }
+
+    /// The gate for `req`'s answer, its schema compiled once with its patterns within
+    /// `budget`'s share; a schema that does not compile is the request's error.
+    pub fn compile(req: &ChatRequest, budget: PatternBudget) -> Result<Option<Self>, SchemaRefusal> {
+        let expect = match req.response_format.as_ref() {
+            None | Some(ResponseFormat::Text) => return Ok(None),
+            Some(ResponseFormat::JsonObject) => Expect::Object,
+            Some(ResponseFormat::JsonSchema { schema, .. }) => {
+                match checked(schema, budget, "response_format".into(), "the json_schema") {
+                    Ok(validator) => Expect::Schema(Some(validator)),
+                    Err(Uncompiled::OverShare(refusal)) => return Err(refusal),
+                    Err(Uncompiled::Invalid(why)) => {
+                        return Err(SchemaRefusal {
+                            param: "response_format".into(),
+                            code: "invalid_response_schema",
+                            message: format!("the json_schema is not a valid JSON Schema: {why}"),
+                        })
+                    }
+                }
+            }
+        };
+        Ok(Some(StructuredGate {
+            expect: Arc::new(expect),
+            text: String::new(),
+        }))
     }
 
     /// Holds one text delta. `Ok(true)` for the first text: the commit point.

@@ -242,7 +242,8 @@ fn summary(class: ErrorClass) -> &'static str {
         | ErrorClass::Internal
         | ErrorClass::Unauthenticated
         | ErrorClass::Forbidden
-        | ErrorClass::Draining => "failed",
+        | ErrorClass::Draining
+        | ErrorClass::ClientTooSlow => "failed",
     }
 }
 

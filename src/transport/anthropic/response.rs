@@ -34,7 +34,7 @@ pub fn error_type(class: ErrorClass) -> &'static str {
         }
         ErrorClass::RateLimited => "rate_limit_error",
         ErrorClass::Overloaded => "overloaded_error",
-        ErrorClass::Timeout => "timeout_error",
+        ErrorClass::Timeout | ErrorClass::ClientTooSlow => "timeout_error",
         ErrorClass::Unauthenticated => "authentication_error",
         ErrorClass::Forbidden => "permission_error",
         _ => "api_error",

@@ -13,6 +13,7 @@ use super::{refused, Across, Admission, Authed, Caller, Refusal};
 use crate::gateway::GatewayError;
 use crate::shared::gcra::{Verdict, Which};
 use crate::shared::leases::Lease;
+use crate::transport::error::ErrorReply;
 use crate::types::{ChatRequest, EventStream, RequestCtx};
 
 impl Caller {
@@ -48,7 +49,7 @@ impl Caller {
         req: ChatRequest,
         mut ctx: RequestCtx,
         chat: &mut F,
-    ) -> Result<EventStream, GatewayError>
+    ) -> Result<EventStream, ErrorReply>
     where
         F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError>,
     {
@@ -59,14 +60,14 @@ impl Caller {
         });
         let (slot, authed) = match checked {
             Ok(Some(checked)) => checked,
-            Ok(None) => return chat(req, ctx),
+            Ok(None) => return chat(req, ctx).map_err(|e| ErrorReply::from_gateway(&e)),
             Err(refusal) => {
                 refused(&refusal, self.key_name());
-                return Ok(refusal.into_events(request_id));
+                return Err(refusal.reply());
             }
         };
         let tokens = token_cost(&req);
-        let mut events = Some(chat(req, ctx)?);
+        let mut events = Some(chat(req, ctx).map_err(|e| ErrorReply::from_gateway(&e))?);
         let mut slot = Some(slot);
         let caller = self.clone();
         let taken = async move {

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::{refused, token_cost, Across, KeyEntry, Refusal};
 use crate::gateway::GatewayError;
 use crate::shared::leases::Lease;
+use crate::transport::error::ErrorReply;
 use crate::types::{ChatRequest, EventStream, RequestCtx};
 
 /// How a caller proved who it is.
@@ -137,22 +138,23 @@ impl Caller {
 
 impl Caller {
     /// Wraps `chat` so each request it is given is admitted first (step 2 and 3 for a
-    /// WebSocket); a refused request becomes an answer stream that ends at once with its
-    /// error, which the session renders for that request's id like any other outcome.
-    /// With Redis, the shared lease and rates are taken when the answer stream is first
-    /// polled, before anything runs (`across`).
-    pub fn gated<F>(
-        self,
-        mut chat: F,
-    ) -> impl FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send
+    /// WebSocket); a request refused here (a model the key may not use, the key's
+    /// `max_streams`, its rates) is the error the session answers for that request's id,
+    /// with no `accepted` before it, as is the gateway's own refusal. With Redis, the
+    /// shared lease and rates are taken when the answer stream is first polled, before
+    /// anything runs (`across`): a refusal there comes after `accepted`, as the stream's
+    /// error.
+    pub fn gated<F>(self, mut chat: F) -> impl FnMut(ChatRequest, RequestCtx) -> Result<EventStream, ErrorReply> + Send
     where
         F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
     {
         move |req, mut ctx| match self.across.clone().filter(|a| a.shared.is_up()) {
             Some(across) => self.admit_deferred(across, req, ctx, &mut chat),
             None => match self.admit_local(&req, &mut ctx) {
-                Ok(admission) => chat(req, ctx).map(|events| admission.guard(events)),
-                Err(refusal) => Ok(refusal.into_events(ctx.request_id)),
+                Ok(admission) => chat(req, ctx)
+                    .map(|events| admission.guard(events))
+                    .map_err(|e| ErrorReply::from_gateway(&e)),
+                Err(refusal) => Err(refusal.reply()),
             },
         }
     }

@@ -69,6 +69,9 @@ impl Access {
         if self.signer.is_none() {
             return Err(Refusal::TokensOff(self.tokens_off));
         }
+        // serde would read the struct from an array of its fields too (`[600, ["chat"]]`).
+        crate::transport::error::DecodeError::require_object(body)
+            .map_err(|_| Refusal::BadMint("invalid token request: the body must be a JSON object".into()))?;
         let asked: MintRequest = if body.iter().all(u8::is_ascii_whitespace) {
             MintRequest::default()
         } else {

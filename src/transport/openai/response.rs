@@ -132,7 +132,8 @@ pub fn error_type(class: ErrorClass) -> &'static str {
         | ErrorClass::Refusal
         | ErrorClass::NoRoute
         | ErrorClass::Unauthenticated
-        | ErrorClass::Forbidden => "invalid_request_error",
+        | ErrorClass::Forbidden
+        | ErrorClass::ClientTooSlow => "invalid_request_error",
         ErrorClass::RateLimited => "rate_limit_error",
         _ => "server_error",
     }

@@ -35,7 +35,6 @@ use super::outbox::Outbox;
 use super::protocol::{self, ClientMessage};
 use super::render::sequenced;
 use super::streams::{ahead, refusal, Cancel, Item, RequestStreams};
-use crate::gateway::GatewayError;
 use crate::transport::error::ErrorReply;
 use crate::transport::native::{ChatOptions, ServerMessage};
 use crate::transport::openai::decode_value;
@@ -127,7 +126,7 @@ pub struct Session<F> {
 
 impl<F> Session<F>
 where
-    F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, GatewayError> + Send,
+    F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, ErrorReply> + Send,
 {
     pub fn new(chat: F, base: RequestCtx, slots: Slots, registry: Arc<Registry>) -> Self {
         Session {
@@ -221,8 +220,7 @@ where
     fn on_frame(&mut self, frame: Option<Result<Message, axum::Error>>) -> Step {
         match frame {
             None | Some(Ok(Message::Close(_))) => Step::End(None),
-            Some(Err(ref e)) if is_too_big(e) => Step::End(Some(close(close_code::SIZE, "message too big"))),
-            Some(Err(_)) => Step::End(None),
+            Some(Err(ref e)) => Step::End(close_for(e)),
             Some(Ok(Message::Text(text))) => self.on_text(text.as_str()),
             Some(Ok(Message::Binary(_))) => send_error(
                 None,
@@ -337,7 +335,8 @@ where
                 Some(keeper) => keeper.watch(events),
                 None => events,
             },
-            Err(e) => return send(&ServerMessage::from_gateway(Some(id), &e)),
+            // Refused before any stream opened: the error alone, no `accepted`.
+            Err(reply) => return send_error(Some(id), reply),
         };
         match self.registry.open(events, request_id, permit) {
             Ok(stream) => self.attach(id, &stream, 0),
@@ -411,23 +410,31 @@ fn close(code: u16, reason: &'static str) -> CloseFrame {
     }
 }
 
-/// A frame over `max_message_size` / `max_frame_size` (close code 1009).
-fn is_too_big(e: &axum::Error) -> bool {
+/// The close frame for a frame the client got wrong: 1009 for a message over
+/// `ws_max_message_bytes`, 1007 for a text frame that is not UTF-8, 1002 for any other
+/// violation of the protocol (an unmasked frame, a reserved opcode or bit, a bad
+/// continuation), each with a short reason. `None` for an error of the connection itself
+/// (the socket failed or is closed): the plain close, if it can still be sent.
+fn close_for(e: &axum::Error) -> Option<CloseFrame> {
     use tokio_tungstenite::tungstenite::Error as WsError;
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
-        if let Some(WsError::Capacity(_)) = err.downcast_ref::<WsError>() {
-            return true;
+        match err.downcast_ref::<WsError>() {
+            Some(WsError::Capacity(_)) => return Some(close(close_code::SIZE, "message too big")),
+            Some(WsError::Utf8(_)) => return Some(close(close_code::INVALID, "text frame is not valid UTF-8")),
+            Some(WsError::Protocol(_)) => return Some(close(close_code::PROTOCOL, "WebSocket protocol error")),
+            Some(_) => return None,
+            None => source = err.source(),
         }
-        source = err.source();
     }
-    false
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::StreamsConfig;
+    use crate::gateway::GatewayError;
     use crate::types::{Envelope, FinishReason, StreamEvent};
     use futures::stream;
     use serde_json::{json, Value};
@@ -497,9 +504,11 @@ mod tests {
         fn start<M: Into<String>>(scripts: Vec<(M, EventStream)>, queue: usize, permits: usize) -> Harness {
             let mut scripts: HashMap<String, EventStream> = scripts.into_iter().map(|(m, s)| (m.into(), s)).collect();
             let chat = move |req: ChatRequest, _ctx: RequestCtx| {
-                scripts.remove(&req.model).ok_or(GatewayError::UnknownModel {
-                    model: req.model.clone(),
-                    known: vec!["a".into()],
+                scripts.remove(&req.model).ok_or_else(|| {
+                    ErrorReply::from_gateway(&GatewayError::UnknownModel {
+                        model: req.model.clone(),
+                        known: vec!["a".into()],
+                    })
                 })
             };
             let (to_session, incoming) = mpsc::channel(16);
@@ -771,6 +780,41 @@ mod tests {
             PING_EVERY * 2,
             "once the queue stayed full for two ping intervals"
         );
+    }
+
+    #[tokio::test]
+    async fn a_protocol_violation_closes_with_its_code_and_a_short_reason() {
+        use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
+        use tokio_tungstenite::tungstenite::Error as WsError;
+        for (error, code, reason) in [
+            (
+                WsError::Protocol(ProtocolError::UnmaskedFrameFromClient),
+                close_code::PROTOCOL,
+                "protocol",
+            ),
+            (
+                WsError::Utf8("invalid utf-8 sequence".into()),
+                close_code::INVALID,
+                "UTF-8",
+            ),
+            (
+                WsError::Capacity(CapacityError::MessageTooLong { size: 10, max_size: 5 }),
+                close_code::SIZE,
+                "too big",
+            ),
+        ] {
+            let shown = error.to_string();
+            let h = Harness::start(Vec::<(String, EventStream)>::new(), 16, 4);
+            h.to_session
+                .send(Err(axum::Error::new(error)))
+                .await
+                .unwrap_or_else(|_| panic!("the session takes the error"));
+            let close = h.session.await.expect("session task ends cleanly");
+            let close = close.unwrap_or_else(|| panic!("{shown}: closed without a code"));
+            assert_eq!(close.code, code, "{shown}");
+            assert!(close.reason.as_str().contains(reason), "{shown}: {:?}", close.reason);
+            assert!(close.reason.len() <= 123, "a close reason fits its frame");
+        }
     }
 
     #[tokio::test(start_paused = true)]
