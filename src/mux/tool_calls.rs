@@ -23,8 +23,9 @@
 //!   read as `{}`.
 //! - `finish` with a reason other than `tool_calls` or `stop` while a call is still open
 //!   is [`AssemblerError::Incomplete`]: the answer was cut inside that call (T7).
-//! - A call naming a tool the request did not offer is [`AssemblerError::UnknownTool`]
-//!   (only checked when the request offered tools).
+//! - A call naming a tool the request did not offer is [`AssemblerError::UnknownTool`],
+//!   also when it offered none (a request's gates, `Gates::compile`); only an assembler
+//!   made by `new(&[])`, bound to no request, takes any name.
 //! - Buffered bytes (arguments, ids, names) and the number of calls are capped.
 //! - A call without an upstream id gets `call_<uuid>`. Emitted calls are numbered 0.. in
 //!   emission order, whatever indexes the upstream used.

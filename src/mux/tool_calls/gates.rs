@@ -177,4 +177,23 @@ mod tests {
         assert_eq!((err.code, err.param.as_str()), ("pattern_budget_exceeded", "tools[32]"));
         assert!(err.message.contains("\"t32\""), "{}", err.message);
     }
+
+    #[test]
+    fn a_request_that_offered_no_tools_takes_no_call() {
+        let gates = Gates::compile(&request(Vec::new())).expect("no tools compile");
+        let (mut assembler, _) = gates.for_attempt();
+        let call = crate::provider::ToolFragment {
+            index: 0,
+            id: Some("call_1".into()),
+            name: Some("get_weather".into()),
+            arguments: "{}".into(),
+        };
+        let pushed = assembler
+            .push(call)
+            .and_then(|_| assembler.finish(crate::types::FinishReason::ToolCalls));
+        assert!(
+            matches!(pushed, Err(super::super::AssemblerError::UnknownTool { ref name, .. }) if name == "get_weather"),
+            "a tool never offered: {pushed:?}"
+        );
+    }
 }

@@ -54,6 +54,10 @@ static ANY_OBJECT: Schema = Schema::AnyObject;
 #[derive(Debug)]
 pub(super) struct ToolSchemas {
     by_name: HashMap<String, Schema>,
+    /// Any name is accepted: an assembler over no tools that is not bound to a request
+    /// (`ToolCallAssembler::new(&[])`). A request's own schemas never are: a call to a
+    /// request that offered no tools names a tool it never offered.
+    any_name: bool,
 }
 
 #[derive(Debug)]
@@ -87,7 +91,10 @@ impl ToolSchemas {
             };
             by_name.entry(tool.name.clone()).or_insert(schema);
         }
-        Ok(ToolSchemas { by_name })
+        Ok(ToolSchemas {
+            by_name,
+            any_name: false,
+        })
     }
 
     /// Compiles every tool's schema. The first tool of a given name wins.
@@ -98,13 +105,14 @@ impl ToolSchemas {
                 .entry(tool.name.clone())
                 .or_insert_with(|| Schema::compile(&tool.name, &tool.parameters));
         }
-        ToolSchemas { by_name }
+        let any_name = by_name.is_empty();
+        ToolSchemas { by_name, any_name }
     }
 
-    /// The schema a call to `name` must match, or `None` when the request offered tools
-    /// and `name` is not one of them. With no tools offered, any name is accepted.
+    /// The schema a call to `name` must match, or `None` when `name` is not one of the
+    /// tools (for a request's schemas, also when it offered none).
     pub(super) fn lookup(&self, name: &str) -> Option<&Schema> {
-        if self.by_name.is_empty() {
+        if self.any_name {
             return Some(&ANY_OBJECT);
         }
         self.by_name.get(name)
