@@ -193,7 +193,10 @@ impl Gateway {
         // The request's schemas, compiled here once for all its attempts (and refused here
         // when they do not compile, or not within its pattern budget).
         let gates = Gates::compile(&req).map_err(GatewayError::InvalidSchema)?;
-        metrics::counter!(telemetry::REQUESTS_TOTAL, "model" => req.model.clone()).increment(1);
+        match self.mux.metrics.model(&req.model) {
+            Some(m) => m.requests().increment(1),
+            None => metrics::counter!(telemetry::REQUESTS_TOTAL, "model" => req.model.clone()).increment(1),
+        }
         let now = Instant::now();
         let tenant = match ctx.tenant.as_deref() {
             Some(name) => Some(
@@ -215,7 +218,7 @@ impl Gateway {
             needs = needs.with_tenant(t);
         }
         let planned = self.plan(&req, &needs, ctx.session.as_deref(), now);
-        let active = ActiveStream::open();
+        let active = ActiveStream::open(self.mux.metrics.active_streams());
         let stream = match planned {
             Ok(plan) => self.mux.run(req, ctx, plan, gates, active),
             Err(e) => {
@@ -296,17 +299,17 @@ impl Gateway {
 /// Counts one open client stream in `tailcut_active_streams` for as long as it lives. The
 /// stream holds it (`Mux::run`'s guard) rather than being wrapped: no second boxed stream
 /// per request, no forwarding poll per event.
-struct ActiveStream;
+struct ActiveStream(metrics::Gauge);
 
 impl ActiveStream {
-    fn open() -> Self {
-        metrics::gauge!(telemetry::ACTIVE_STREAMS).increment(1.0);
-        ActiveStream
+    fn open(gauge: &metrics::Gauge) -> Self {
+        gauge.increment(1.0);
+        ActiveStream(gauge.clone())
     }
 }
 
 impl Drop for ActiveStream {
     fn drop(&mut self) {
-        metrics::gauge!(telemetry::ACTIVE_STREAMS).decrement(1.0);
+        self.0.decrement(1.0);
     }
 }

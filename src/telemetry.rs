@@ -3,6 +3,7 @@
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+pub mod handles;
 mod help;
 pub mod rotation;
 

@@ -277,6 +277,49 @@ async fn a_request_without_origin_works() {
 }
 
 #[tokio::test]
+async fn an_answer_without_origin_carries_the_same_vary_and_expose_headers_as_one_with_it() {
+    let server = start_cors().await;
+    let send = |origin: Option<&'static str>, model: &'static str| {
+        let mut body = chat_body(false);
+        body["model"] = Value::from(model);
+        let mut request = client().post(server.url("/v1/chat/completions")).json(&body);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    for model in ["chat", "no-such-model"] {
+        let with = send(Some(APP), model).await.expect("sent");
+        let without = send(None, model).await.expect("sent");
+        assert_eq!(with.status(), without.status(), "{model}");
+        let all = |resp: &reqwest::Response, name: &str| {
+            resp.headers()
+                .get_all(name)
+                .iter()
+                .map(|v| v.to_str().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+        };
+        for name in ["vary", "access-control-expose-headers"] {
+            assert!(!all(&with, name).is_empty(), "{model}: {name} on the CORS answer");
+            assert_eq!(all(&with, name), all(&without, name), "{model}: {name}");
+        }
+        assert!(
+            without.headers().get("access-control-allow-origin").is_none(),
+            "{model}: no allow-origin without an Origin"
+        );
+    }
+    let preflight = client()
+        .request(reqwest::Method::OPTIONS, server.url("/v1/chat/completions"))
+        .send()
+        .await
+        .expect("sent");
+    assert!(
+        preflight.headers().get("access-control-allow-methods").is_some(),
+        "an OPTIONS without an Origin is still answered by the CORS layer"
+    );
+}
+
+#[tokio::test]
 async fn the_playgrounds_own_loopback_origin_works() {
     let server = start_cors().await;
     let port = server.addr.port();

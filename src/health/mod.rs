@@ -40,6 +40,7 @@ use self::breaker::{Breaker, BreakerState, ProbeMode};
 use self::ttft::LatencyWindow;
 use self::window::RollingCounts;
 use crate::config::{Config, HedgeConfig};
+use crate::telemetry::handles::RouteHandles;
 use crate::types::Priority;
 
 pub use peer::{HintKind, Outage};
@@ -72,6 +73,8 @@ pub struct RouteHealth {
     pub name: String,
     state: Mutex<RouteState>,
     pub counters: RouteCounters,
+    /// The route's metric handles (`telemetry::handles`).
+    pub metrics: RouteHandles,
 }
 
 #[derive(Default)]
@@ -187,6 +190,7 @@ impl Health {
                     peer: None,
                 }),
                 counters: RouteCounters::default(),
+                metrics: RouteHandles::new(&r.name),
             })
             .collect();
         let index = routes.iter().enumerate().map(|(i, r)| (r.name.clone(), i)).collect();
@@ -307,10 +311,16 @@ impl Health {
 
     /// Preloads a route's TTFT window (tests, warm starts).
     pub fn record_ttft(&self, name: &str, now: Instant, ttft: Duration) {
-        if let Some(r) = self.route(name) {
-            r.state.lock().ttft.record(now, ttft);
+        match self.route(name) {
+            Some(r) => {
+                r.state.lock().ttft.record(now, ttft);
+                r.metrics.ttft().record(ttft.as_secs_f64());
+            }
+            None => {
+                metrics::histogram!(crate::telemetry::TTFT_SECONDS, "route" => name.to_string())
+                    .record(ttft.as_secs_f64());
+            }
         }
-        metrics::histogram!(crate::telemetry::TTFT_SECONDS, "route" => name.to_string()).record(ttft.as_secs_f64());
     }
 
     /// A quantile of the route's live TTFT, once the window has 20 samples.

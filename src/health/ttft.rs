@@ -1,14 +1,23 @@
 //! Rolling latency window per route (time to first content token, inter-token gaps): HDR
 //! histograms over the last one to two half-windows, with the percentiles planning reads
-//! cached between samples.
+//! cached across samples within a bounded staleness.
 //!
 //! Like tower's hedge histogram, the window rotates every half window, so the answer always
 //! covers between one half-window and a full window of history, and a route that recovers
 //! stops being judged by its bad minutes within one window. Two histograms are kept:
 //! `current` (this half) and `window` (the previous half plus this one). A sample goes into
 //! both; a rotation makes `current` the new `window` (a swap, no copy) and starts an empty
-//! `current`. So a read never merges or copies a histogram: it asks `window` directly, and the
-//! answer is cached per quantile until the next sample or rotation.
+//! `current`. So a read never merges or copies a histogram: it asks `window` directly.
+//!
+//! Reading a quantile walks the histogram's counters (thousands of instructions), and every
+//! request both adds a sample and reads two or three quantiles, so an answer is cached per
+//! quantile and kept while few samples are newer than it: it is recomputed once the window
+//! holds more than `1 / STALE_FRACTION` (1/32) more samples than when it was computed, and at
+//! every rotation. Below 32 samples any new sample refreshes it. The staleness bound: a
+//! cached `q` quantile is the exact (bucket-resolution) `q` quantile of all but at most one
+//! in 33 of the window's samples, so it lies between the window's `q - 1/33` and `q + 1/33`
+//! quantiles (a p95 between p92 and p98) — finer than the window's own drift, which covers
+//! anything from one half-window to a whole window of history.
 
 use std::time::Duration;
 
@@ -22,6 +31,27 @@ const MAX_TRACKED_US: u64 = 600_000_000;
 /// stall limits p99 of the gaps).
 const CACHED: usize = 4;
 
+/// A cached quantile is recomputed once more than one sample in this many (of those it was
+/// computed over) came after it (the module doc's staleness bound).
+const STALE_FRACTION: u64 = 32;
+
+/// One cached quantile: q's bits, its value in µs, and the window's sample count when it was
+/// computed.
+#[derive(Debug, Clone, Copy)]
+struct Cached {
+    key: u64,
+    us: u64,
+    samples: u64,
+}
+
+impl Cached {
+    /// Still within the staleness bound with `samples` in the window now (a rotation clears
+    /// the cache, so the count only grows while an entry lives).
+    fn fresh(&self, samples: u64) -> bool {
+        samples.saturating_sub(self.samples) <= self.samples / STALE_FRACTION
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LatencyWindow {
     /// Samples of this half window.
@@ -30,8 +60,8 @@ pub struct LatencyWindow {
     window: Histogram<u64>,
     half: Duration,
     rotated_at: Instant,
-    /// Quantiles read since the last change: (q's bits, value in µs).
-    cache: Vec<(u64, u64)>,
+    /// Quantiles read since the last rotation, each with the sample count it was computed at.
+    cache: Vec<Cached>,
 }
 
 impl LatencyWindow {
@@ -51,7 +81,6 @@ impl LatencyWindow {
         // Cannot fail: the value is clamped into the histograms' range.
         let _ = self.current.record(us);
         let _ = self.window.record(us);
-        self.cache.clear();
     }
 
     /// Samples in the window.
@@ -69,16 +98,23 @@ impl LatencyWindow {
         }
         let q = q.clamp(0.0, 1.0);
         let key = q.to_bits();
-        if let Some(&(_, us)) = self.cache.iter().find(|(k, _)| *k == key) {
-            return Some(Duration::from_micros(us));
+        let at = self.cache.iter().position(|c| c.key == key);
+        if let Some(c) = at.map(|i| self.cache[i]).filter(|c| c.fresh(n)) {
+            return Some(Duration::from_micros(c.us));
         }
         // The middle of the sample's bucket: within half the resolution (±0.5%) of what was
         // recorded, where the bucket's top would read up to 1% high.
         let us = self.window.median_equivalent(self.window.value_at_quantile(q));
-        if self.cache.len() == CACHED {
-            self.cache.remove(0);
+        let entry = Cached { key, us, samples: n };
+        match at {
+            Some(i) => self.cache[i] = entry,
+            None => {
+                if self.cache.len() == CACHED {
+                    self.cache.remove(0);
+                }
+                self.cache.push(entry);
+            }
         }
-        self.cache.push((key, us));
         Some(Duration::from_micros(us))
     }
 
@@ -211,6 +247,37 @@ mod tests {
         assert!(
             w.quantile(now, 0.1, 1).expect("samples") < Duration::from_millis(20),
             "each quantile its own"
+        );
+    }
+
+    #[test]
+    fn a_cached_quantile_is_kept_within_one_sample_in_32() {
+        let now = Instant::now();
+        let mut w = LatencyWindow::new(Duration::from_secs(60), now);
+        for _ in 0..320 {
+            w.record(now, Duration::from_millis(10));
+        }
+        let max = w.quantile(now, 1.0, 1).expect("samples");
+        assert!(max < Duration::from_millis(20), "{max:?}");
+        // Ten new samples on 320 (one in 32): the cached answer stands, though a fresh
+        // reading of the maximum would see them.
+        for _ in 0..10 {
+            w.record(now, Duration::from_millis(900));
+        }
+        assert_eq!(
+            w.quantile(now, 1.0, 1),
+            Some(max),
+            "within the bound: the cached answer"
+        );
+        assert!(
+            w.quantile(now, 0.999, 1).expect("samples") > Duration::from_millis(800),
+            "a quantile not cached is computed over every sample"
+        );
+        // The eleventh is past the bound: the next read is recomputed.
+        w.record(now, Duration::from_millis(900));
+        assert!(
+            w.quantile(now, 1.0, 1).expect("samples") > Duration::from_millis(800),
+            "past the bound the read sees the new samples"
         );
     }
 

@@ -42,6 +42,7 @@ use crate::config::Config;
 use crate::health::lease::LeaseTable;
 use crate::health::Health;
 use crate::provider::SharedProvider;
+use crate::telemetry::handles::Handles;
 use crate::types::Plan;
 use crate::types::RequestCtx;
 use crate::types::{ChatRequest, EventStream};
@@ -64,6 +65,8 @@ pub struct Mux {
     pub cache: Mutex<AnswerCache>,
     /// Slots for shadow requests in flight.
     shadows: Arc<tokio::sync::Semaphore>,
+    /// The request path's metric handles but the routes' own (those are in `health`).
+    pub metrics: Handles,
 }
 
 impl Mux {
@@ -92,6 +95,7 @@ impl Mux {
             })
             .collect();
         Mux {
+            metrics: Handles::new(&config),
             shadows: Arc::new(tokio::sync::Semaphore::new(limits.shadow_max_in_flight)),
             leases: Mutex::new(LeaseTable::new(&config.leases)),
             cache: Mutex::new(AnswerCache::new(config.cache)),

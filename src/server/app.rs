@@ -9,7 +9,10 @@
 //! 2. the origin guard (`transport::cors::guard`): a 403 before anything else runs, so a
 //!    refused origin's body is never read;
 //! 3. tower-http's CORS service (preflights; `Access-Control-Allow-Origin` on every answer,
-//!    the body reader's refusals included);
+//!    the body reader's refusals included). A request with no `Origin` that is not a
+//!    preflight (`OPTIONS`) skips it: tower-http would only add its constant `Vary` and
+//!    `Access-Control-Expose-Headers` to the answer, and those are added here instead
+//!    ([`NoOriginHeaders`]), without the header map it builds and drains per request;
 //! 4. the body reader (`body::BodyReader`), then the routes (`transport::routes`,
 //!    `transport::ops::routes`), under axum's `DefaultBodyLimit` set to the same limit.
 //!
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use axum::routing::future::RouteFuture;
 use axum::Router;
@@ -50,6 +53,32 @@ pub struct Edge {
     origins: Arc<Origins>,
     max_bytes: usize,
     max_header_bytes: usize,
+    no_origin: NoOriginHeaders,
+}
+
+/// What tower-http's CORS service adds to the answer of a request without `Origin` (and not a
+/// preflight): `Vary` (appended) and `Access-Control-Expose-Headers` (set), the same values
+/// for every request.
+#[derive(Clone)]
+pub struct NoOriginHeaders {
+    vary: HeaderValue,
+    expose: HeaderValue,
+}
+
+impl NoOriginHeaders {
+    fn new() -> Self {
+        NoOriginHeaders {
+            // tower-http's default `Vary`: the request headers a preflight answer depends on.
+            vary: HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers"),
+            expose: HeaderValue::from_static(cors::EXPOSED_HEADERS_VALUE),
+        }
+    }
+
+    fn add_to(&self, response: &mut Response) {
+        let headers = response.headers_mut();
+        headers.append(header::VARY, self.vary.clone());
+        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, self.expose.clone());
+    }
 }
 
 /// The app for a server bound to `local`.
@@ -88,6 +117,7 @@ pub fn app(state: AppState, local: SocketAddr) -> Edge {
         origins,
         max_bytes: limits.max_bytes,
         max_header_bytes,
+        no_origin: NoOriginHeaders::new(),
     }
 }
 
@@ -121,6 +151,13 @@ impl Edge {
             };
         }
         request.extensions_mut().insert(Arc::clone(&self.origins));
+        if request.method() != Method::OPTIONS && !request.headers().contains_key(header::ORIGIN) {
+            return EdgeFuture::NoOrigin {
+                future: self.api.get_mut().call(request),
+                headers: self.no_origin.clone(),
+                refusals,
+            };
+        }
         EdgeFuture::Api {
             future: self.api.call(request),
             refusals,
@@ -152,6 +189,13 @@ pin_project! {
             future: CorsFuture<<BodyReader as Service<Request>>::Future>,
             refusals: Option<Refusals>,
         },
+        /// An API request without `Origin`, past CORS (see the module doc).
+        NoOrigin {
+            #[pin]
+            future: <BodyReader as Service<Request>>::Future,
+            headers: NoOriginHeaders,
+            refusals: Option<Refusals>,
+        },
         Page {
             #[pin]
             future: RouteFuture<Infallible>,
@@ -168,6 +212,17 @@ impl Future for EdgeFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let (answer, refusals) = match self.project() {
             EdgeProj::Api { future, refusals } => (ready!(future.poll(cx)), refusals),
+            EdgeProj::NoOrigin {
+                future,
+                headers,
+                refusals,
+            } => {
+                let answer = ready!(future.poll(cx)).map(|mut response| {
+                    headers.add_to(&mut response);
+                    response
+                });
+                (answer, refusals)
+            }
             EdgeProj::Page { future, refusals } => (ready!(future.poll(cx)), refusals),
             EdgeProj::Refused { response } => {
                 return Poll::Ready(Ok(response.take().unwrap_or_else(gone)));

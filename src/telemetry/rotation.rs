@@ -6,6 +6,7 @@
 //! and reasons from fixed sets. [`describe`] registers every metric's help text; call it
 //! once after the recorder is installed.
 
+use super::handles::{ModelHandles, RouteHandles};
 use crate::types::{ErrorClass, Exclusion};
 
 /// Logical (client) requests by model and outcome (`completed`, `truncated`,
@@ -103,6 +104,15 @@ pub fn answered(model: &str, route: &str, outcome: &str, cost_micros: u64) {
         metrics::counter!(ANSWER_COST_TOTAL, "route" => route.to_string(), "outcome" => outcome.clone())
             .increment(cost_micros);
         metrics::counter!(MODEL_COST_TOTAL, "model" => model.to_string(), "outcome" => outcome).increment(cost_micros);
+    }
+}
+
+/// [`answered`] for a `completed` answer, through the model's and the route's handles.
+pub fn completed(model: &ModelHandles, route: &RouteHandles, cost_micros: u64) {
+    route.answers_completed().increment(1);
+    if cost_micros > 0 {
+        route.cost_completed().increment(cost_micros);
+        model.cost_completed().increment(cost_micros);
     }
 }
 

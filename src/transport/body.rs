@@ -6,7 +6,8 @@
 //! strings borrowed or in serde_json's scratch buffer), so a 4 MB body of 120,000 empty
 //! messages is refused for the price of reading it once, instead of growing into a tree of
 //! 120,000 maps. `serde_json` has no such limit of its own; this walk is the smallest thing
-//! that gives one.
+//! that gives one. A body too short to reach either limit, whatever it holds, is not walked
+//! ([`within_limits_unread`]): most chat requests are a few KiB.
 
 use std::fmt;
 
@@ -39,6 +40,14 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), ErrorReply> {
 /// Refuses a body whose decoding would cost more than `limits` allow, with a 400 naming the
 /// limit. A body that is not JSON passes: the dialect's decoder then says what is wrong.
 pub fn check_cost(body: &[u8], limits: &RequestLimits) -> Result<(), DecodeError> {
+    if within_limits_unread(body.len(), limits) {
+        return Ok(());
+    }
+    walk(body, limits)
+}
+
+/// The walk itself (see the module doc).
+fn walk(body: &[u8], limits: &RequestLimits) -> Result<(), DecodeError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let walk = Walk {
         limits,
@@ -52,6 +61,17 @@ pub fn check_cost(body: &[u8], limits: &RequestLimits) -> Result<(), DecodeError
             None => Ok(()),
         },
     }
+}
+
+/// Whether any body of `len` bytes is within `limits`, so the walk can be skipped.
+/// Every JSON value takes at least one byte of the body of its own (a digit, a pair of
+/// brackets or quotes; a key its quotes and colon too) and a string decodes to at most as
+/// many bytes as it takes, so the decoded size is at most `DECODED_BYTES_PER_VALUE` per
+/// byte of the body; and each message of an array but the last takes at least two bytes
+/// (itself and a comma), so there are at most `(len + 1) / 2` of them.
+fn within_limits_unread(len: usize, limits: &RequestLimits) -> bool {
+    len.div_ceil(2) <= limits.max_messages
+        && len.saturating_mul(RequestLimits::DECODED_BYTES_PER_VALUE) <= limits.max_decoded_bytes
 }
 
 /// Which limit a walk stopped at (carried out of serde as the error's message).
@@ -368,6 +388,34 @@ mod tests {
         assert!(
             check_cost(system, &limits(1, usize::MAX)).is_err(),
             "system blocks count"
+        );
+    }
+
+    #[test]
+    fn a_body_skipped_as_short_could_not_have_reached_a_limit() {
+        // The densest bodies there are: one-byte messages, empty strings, empty keys.
+        let list = |item: &str, n: usize| vec![item; n].join(",");
+        let bodies = [
+            format!(r#"{{"messages":[{}]}}"#, list("0", 500)),
+            format!("[{}]", list(r#""""#, 500)),
+            format!("{{{}}}", list(r#""":0"#, 500)),
+            format!("[{}]", list("[]", 500)),
+            format!(r#"{{"system":[{}],"messages":[{}]}}"#, list("0", 300), list("0", 300)),
+        ];
+        for body in bodies {
+            let len = body.len();
+            let tightest = limits(len.div_ceil(2), len * RequestLimits::DECODED_BYTES_PER_VALUE);
+            assert!(within_limits_unread(len, &tightest));
+            assert_eq!(walk(body.as_bytes(), &tightest), Ok(()), "{len} bytes: the walk agrees");
+            let messages = limits(len.div_ceil(2) - 1, usize::MAX);
+            let decoded = limits(usize::MAX, len * RequestLimits::DECODED_BYTES_PER_VALUE - 1);
+            assert!(!within_limits_unread(len, &messages) && !within_limits_unread(len, &decoded));
+        }
+        let defaults = RequestLimits::default();
+        assert!(within_limits_unread(4095, &defaults), "a 4 KiB request is not walked");
+        assert!(
+            !within_limits_unread(4097, &defaults),
+            "past 2,048 possible messages it is"
         );
     }
 

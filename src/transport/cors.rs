@@ -98,6 +98,11 @@ pub const EXPOSED_HEADERS: [&str; 7] = [
     "retry-after-ms",
 ];
 
+/// [`EXPOSED_HEADERS`] as one `Access-Control-Expose-Headers` value, comma-separated as
+/// tower-http writes it (the edge adds it itself to answers that skip CORS, `server::app`).
+pub const EXPOSED_HEADERS_VALUE: &str =
+    "x-tailcut-route,x-tailcut-level,x-tailcut-hedged,x-request-id,request-id,retry-after,retry-after-ms";
+
 /// How long a browser may cache a preflight answer (Chrome caps it at 2 hours).
 const PREFLIGHT_MAX_AGE: Duration = Duration::from_secs(600);
 
@@ -299,6 +304,11 @@ fn refused(path: &str, refusal: Refusal) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exposed_headers_value_lists_every_exposed_header() {
+        assert_eq!(EXPOSED_HEADERS_VALUE, EXPOSED_HEADERS.join(","));
+    }
 
     #[tokio::test]
     async fn a_refused_origin_is_the_clients_error_in_each_dialect() {

@@ -308,7 +308,9 @@ impl Run {
             }
         }
         if self.recoveries == 0 {
-            metrics::histogram!(t::CLIENT_TTFT_SECONDS)
+            self.mux
+                .metrics
+                .client_ttft()
                 .record(now.saturating_duration_since(self.started).as_secs_f64());
         }
     }

@@ -14,6 +14,7 @@ use crate::mux::hedge::NoHedge;
 use crate::mux::Mux;
 use crate::provider::{ProviderError, UpstreamRequest};
 use crate::telemetry as t;
+use crate::telemetry::handles::AttemptRole;
 use crate::types::{ChatRequest, ErrorClass, Plan, RequestCtx};
 
 /// No attempt could start. `refusal` is set when a request-wide budget said no (then no
@@ -156,13 +157,17 @@ impl Run {
             self.budgeted_attempts += 1;
         }
         self.env.attempts = self.attempts;
-        let role_label = match role {
-            Role::Primary => "primary",
-            Role::Failover => "failover",
-            Role::Hedge => "hedge",
-            Role::Recovery => "recovery",
+        let role_metric = match role {
+            Role::Primary => AttemptRole::Primary,
+            Role::Failover => AttemptRole::Failover,
+            Role::Hedge => AttemptRole::Hedge,
+            Role::Recovery => AttemptRole::Recovery,
         };
-        metrics::counter!(t::ATTEMPTS_TOTAL, "route" => route.to_string(), "role" => role_label).increment(1);
+        match self.mux.health.route(route) {
+            Some(h) => h.metrics.attempts(role_metric).increment(1),
+            None => metrics::counter!(t::ATTEMPTS_TOTAL, "route" => route.to_string(), "role" => role_metric.label())
+                .increment(1),
+        }
         let chat = match self.repair.take_request(route) {
             // The repair attempt sends its own request (the answer and the validator's error).
             Some(repair) => repair,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::Run;
+use crate::telemetry::handles::COMPLETED;
 use crate::telemetry::rotation as rt;
 use crate::types::RouteChange;
 
@@ -92,10 +93,16 @@ impl Run {
     /// class (`ErrorClass::as_str`): a fixed set.
     pub(super) fn rotation_outcome(&self, outcome: &str) {
         let ended = matches!(outcome, "completed" | "truncated" | "served_from_cache" | "diverged");
-        let label = outcome.to_string();
-        metrics::counter!(rt::LOGICAL_REQUESTS_TOTAL, "model" => self.req.model.clone(), "outcome" => label)
-            .increment(1);
-        metrics::histogram!(rt::ATTEMPTS_PER_REQUEST).record(f64::from(self.attempts));
+        let model = self.mux.metrics.model(&self.req.model);
+        match model.filter(|_| outcome == COMPLETED) {
+            Some(m) => m.completed().increment(1),
+            None => {
+                let label = outcome.to_string();
+                metrics::counter!(rt::LOGICAL_REQUESTS_TOTAL, "model" => self.req.model.clone(), "outcome" => label)
+                    .increment(1);
+            }
+        }
+        self.mux.metrics.attempts_per_request().record(f64::from(self.attempts));
         for &i in &self.moves.open {
             self.count_move(i, "cancelled");
         }
@@ -117,7 +124,11 @@ impl Run {
                     }
                     _ => 0,
                 };
-                rt::answered(&self.req.model, route, outcome, micros);
+                let handles = model.zip(self.mux.health.route(route)).filter(|_| outcome == COMPLETED);
+                match handles {
+                    Some((m, r)) => rt::completed(m, &r.metrics, micros),
+                    None => rt::answered(&self.req.model, route, outcome, micros),
+                }
             }
             None => {}
         }
