@@ -23,6 +23,11 @@ failure = {{ drop_after_tokens = 4 }}
 text = "{ANSWER}"
 ttft = {{ median_ms = 5.0, sigma = 0.0 }}
 inter_token_ms = 1.0
+[sim.scenarios.restarter]
+text = "{ANSWER}"
+ttft = {{ median_ms = 5.0, sigma = 0.0 }}
+inter_token_ms = 1.0
+continuation = {{ behaviour = "starts_over" }}
 [sim.scenarios.other]
 text = "A completely different answer from another route."
 ttft = {{ median_ms = 5.0, sigma = 0.0 }}
@@ -152,6 +157,31 @@ async fn continue_on_native_sse_announces_the_route_switch() {
     assert_eq!(count(&events, "route_switch"), 1, "{events:?}");
     assert_eq!(count(&events, "reset"), 0, "{events:?}");
     assert_eq!(native_text(&events), ANSWER);
+}
+
+#[tokio::test]
+async fn a_continuation_after_the_clients_own_prefill_is_judged_against_prefill_and_answer() {
+    // The client's request ends with its own prefill; the first route continues it and is
+    // cut, the next continues (or starts the whole message over): either way the client ends
+    // with the rest of the answer once, with no reset.
+    let prefill = "One two";
+    for next in ["same", "restarter"] {
+        let server = start(&with_policy(
+            &[("a", "openai", "dropper"), ("b", "openai", next)],
+            "[\"continue\", \"restart\"]",
+        ))
+        .await;
+        let mut body = chat_body(true);
+        body["messages"] = json!([
+            {"role": "user", "content": "Count."},
+            {"role": "assistant", "content": prefill},
+        ]);
+        let (status, events) = post_native(&server.url(""), &body, &headers()).await;
+        assert_eq!(status, 200);
+        assert_eq!(count(&events, "reset"), 0, "{next}: {events:?}");
+        assert_eq!(count(&events, "route_switch"), 1, "{next}: {events:?}");
+        assert_eq!(native_text(&events), &ANSWER[prefill.len()..], "{next}: {events:?}");
+    }
 }
 
 #[tokio::test]

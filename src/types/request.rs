@@ -26,6 +26,15 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
+    /// The client's own prefill: the text of a final assistant message that calls no tool.
+    /// A continuation continues that message, so the answer the client holds follows it.
+    pub fn assistant_prefill(&self) -> Option<String> {
+        self.messages
+            .last()
+            .filter(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
+            .map(Message::joined_text)
+    }
+
     /// The response type this request implies when nothing overrides it.
     pub fn detected_response_type(&self) -> ResponseType {
         if !self.tools.is_empty() && self.tool_choice != Some(ToolChoice::None) {

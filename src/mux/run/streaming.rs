@@ -190,11 +190,19 @@ impl Run {
     }
 
     /// The seam for a continuation committed on `route`: verified against everything the
-    /// client holds, knowing what the route's convention withheld from the prefill.
+    /// client holds, knowing what the route's convention withheld from the prefill. After a
+    /// client's own prefill that is the prefill and then the answer: the continuation request
+    /// ends with both as one assistant message, and an upstream that starts over repeats that
+    /// message from its start (compared with the answer alone, a start-over was spliced in,
+    /// and every true continuation beginning with a space like the answer was taken for an
+    /// ambiguous one and restarted).
     pub(super) fn continuation_seam(&self, route: &str) -> Seam {
         let convention = self.route_config(route).map(|r| r.prefill).unwrap_or_default();
-        let text = &self.transcript.text;
-        Seam::verify(text, convention.withheld(text))
+        let text = match self.req.assistant_prefill() {
+            Some(own) => own + &self.transcript.text,
+            None => self.transcript.text.clone(),
+        };
+        Seam::verify(&text, convention.withheld(&text))
     }
 
     /// Turns what the seam let through into events for the client: text, or, when the new

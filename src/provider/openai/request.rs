@@ -20,12 +20,7 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
     // partial answer continues that one message: every prefill convention continues only the
     // final message, and many chat templates refuse two assistant turns in a row.
     if let Some(prefill) = &req.prefill {
-        let own = chat
-            .messages
-            .last()
-            .filter(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
-            .map(Message::joined_text);
-        let mut last = match own {
+        let mut last = match chat.assistant_prefill() {
             Some(own) => {
                 messages.pop();
                 text_message("assistant", own + prefill.sent())
