@@ -28,6 +28,11 @@ text = "{ANSWER}"
 ttft = {{ median_ms = 5.0, sigma = 0.0 }}
 inter_token_ms = 1.0
 continuation = {{ behaviour = "starts_over" }}
+[sim.scenarios.differ]
+text = "{ANSWER}"
+ttft = {{ median_ms = 5.0, sigma = 0.0 }}
+inter_token_ms = 1.0
+continuation = {{ behaviour = "diverges", diverge_after_words = 2 }}
 [sim.scenarios.other]
 text = "A completely different answer from another route."
 ttft = {{ median_ms = 5.0, sigma = 0.0 }}
@@ -182,6 +187,28 @@ async fn a_continuation_after_the_clients_own_prefill_is_judged_against_prefill_
         assert_eq!(count(&events, "route_switch"), 1, "{next}: {events:?}");
         assert_eq!(native_text(&events), &ANSWER[prefill.len()..], "{next}: {events:?}");
     }
+}
+
+#[tokio::test]
+async fn a_voice_answer_whose_continuation_cannot_be_verified_is_truncated_not_restarted() {
+    // Voice is "continue, else truncate": a continuation that repeats the answer's start and
+    // then differs is dropped, and the answer ends with what the client holds, no reset.
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper"), ("b", "openai", "differ")],
+        "[\"continue\", \"restart\"]",
+    ))
+    .await;
+    let mut h = headers();
+    h.push(("x-tailcut-response-type", "voice"));
+    let (status, events) = post_native(&server.url(""), &chat_body(true), &h).await;
+    assert_eq!(status, 200);
+    assert_eq!(count(&events, "reset"), 0, "{events:?}");
+    let (name, done) = events.last().cloned().expect("events");
+    assert_eq!(name, "done", "{events:?}");
+    assert_eq!(done["finish_reason"], "truncated", "{done}");
+    assert_eq!(done["envelope"]["policy"], "truncate", "{done}");
+    let text = native_text(&events);
+    assert!(!text.is_empty() && ANSWER.starts_with(&text), "{text:?}");
 }
 
 #[tokio::test]

@@ -96,7 +96,7 @@ impl Run {
         match policy {
             MidStreamPolicy::Truncate => Recovery::Truncate,
             MidStreamPolicy::Restart => match self.first_token(false, None).await {
-                Ok((attempt, first)) => self.restarted(failed_route, attempt, first),
+                Ok((attempt, first)) => self.restarted(failed_mid_stream(failed_route, &attempt), attempt, first),
                 Err(_) => {
                     self.env.policy = Some(MidStreamPolicy::Truncate);
                     Recovery::Truncate
@@ -131,7 +131,9 @@ impl Run {
                         self.carried = 0;
                         self.env.policy = Some(MidStreamPolicy::Restart);
                         match self.first_token(false, None).await {
-                            Ok((attempt, first)) => self.restarted(failed_route, attempt, first),
+                            Ok((attempt, first)) => {
+                                self.restarted(failed_mid_stream(failed_route, &attempt), attempt, first)
+                            }
                             Err(_) => {
                                 self.env.policy = Some(MidStreamPolicy::Truncate);
                                 Recovery::Truncate
@@ -148,16 +150,28 @@ impl Run {
     }
 
     /// The continuation on `cur` could not be told from a restart (`SeamOut::StartOver`):
-    /// nothing of it was sent; drop it and restart, on the same route if it is the best one
-    /// left (it answered; it only did not continue).
+    /// nothing of it was sent; drop it and, when the response type falls back to a restart,
+    /// restart, on the same route if it is the best one left (it answered; it only did not
+    /// continue). A type whose fallback is truncate (voice: continue, else truncate) ends
+    /// with what the client holds instead.
     pub(super) async fn start_over(&mut self, cur: Attempt) -> Recovery {
         let route = Arc::clone(&cur.route);
         drop(cur);
         self.carried = 0;
         self.routes.set(&route, super::routes::RouteState::PrefillRefused);
+        if self.mux.config.policies.for_type(self.rtype).1 != MidStreamPolicy::Restart {
+            self.env.policy = Some(MidStreamPolicy::Truncate);
+            return Recovery::Truncate;
+        }
         self.env.policy = Some(MidStreamPolicy::Restart);
         match self.first_token(false, None).await {
-            Ok((attempt, first)) => self.restarted(&route, attempt, first),
+            Ok((attempt, first)) => {
+                let reason = format!(
+                    "{route}'s continuation could not be verified; restarted on {}",
+                    attempt.route
+                );
+                self.restarted(reason, attempt, first)
+            }
             Err(_) => {
                 self.env.policy = Some(MidStreamPolicy::Truncate);
                 Recovery::Truncate
@@ -173,14 +187,12 @@ impl Run {
     }
 
     /// A restart committed on `attempt`: a client that can be told gets a reset.
-    pub(super) fn restarted(&mut self, failed_route: &str, attempt: Attempt, first: AttemptEvent) -> Recovery {
+    /// `reason` is what the client's reset says.
+    pub(super) fn restarted(&mut self, reason: String, attempt: Attempt, first: AttemptEvent) -> Recovery {
         let reset = if self.ctx.dialect.can_reset() {
             self.env.resets += 1;
             self.transcript.clear();
-            Some(format!(
-                "{failed_route} failed mid-stream; restarted on {}",
-                attempt.route
-            ))
+            Some(reason)
         } else {
             None
         };
@@ -195,4 +207,9 @@ impl Run {
         self.log_outcome("diverged");
         StreamEvent::Error(Box::new(self.error_event(&err.into())))
     }
+}
+
+/// A reset's reason after `failed_route` failed mid-stream.
+pub(super) fn failed_mid_stream(failed_route: &str, attempt: &Attempt) -> String {
+    format!("{failed_route} failed mid-stream; restarted on {}", attempt.route)
 }

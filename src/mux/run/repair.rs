@@ -157,7 +157,11 @@ impl Run {
                         reset: None,
                     });
                 }
-                Some(self.restarted(failed_route, attempt, first))
+                Some(self.restarted(
+                    super::recovery::failed_mid_stream(failed_route, &attempt),
+                    attempt,
+                    first,
+                ))
             }
             Err(()) => {
                 self.repair_ended("failed");
