@@ -20,7 +20,7 @@ pub use classify::{
 };
 pub(crate) use redact::{
     any_registered, continues_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans,
-    replace_spans, FRAGMENT_CHARS, REDACTED,
+    replace_spans, rest_of_registered, FRAGMENT_CHARS, REDACTED,
 };
 pub use redact::{redact, register_secret, MIN_SECRET_CHARS};
 
