@@ -27,7 +27,7 @@
 //! - a continuation's scrubber starts from the text the client holds (its prefill) as the
 //!   text's context, so the rest of a key whose first characters went out before the seam is
 //!   still recognised, and a key replaced just before the cut has the rest of its word
-//!   dropped. A restart starts from nothing and needs no context. Tool calls never cross a
+//!   dropped (or, when text is glued after the key's end, "…WXYZ.", only the key's rest). A restart starts from nothing and needs no context. Tool calls never cross a
 //!   seam: a partial call is never forwarded, and no continuation follows a call.
 //!
 //! With no key registered (the simulated routes) the stream is returned as is.
@@ -38,8 +38,8 @@ use std::task::{Context, Poll};
 use futures::Stream;
 
 use super::error::{
-    any_registered, continues_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans,
-    replace_spans, rest_of_registered, FRAGMENT_CHARS, REDACTED,
+    any_registered, continues_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_end_in,
+    registered_spans, replace_spans, rest_of_registered, FRAGMENT_CHARS, REDACTED,
 };
 use super::{Delta, DeltaStream, ProviderError, ToolFragment};
 
@@ -104,7 +104,13 @@ impl Carry {
         if let Some(start) = self.seam_word.take() {
             let end = text.find(ends_value).unwrap_or(text.len());
             let word = format!("{start}{}", &text[..end]);
-            if !continues_registered(&word) {
+            let key_end = registered_end_in(&word);
+            if !continues_registered(&word) && key_end >= HOLD_MIN.max(start.len()) {
+                // The rest of a key with text glued after it ("…WXYZ."): only the key goes.
+                // (Fewer than `HOLD_MIN` bytes ending a key are taken for ordinary text, as
+                // many words start with one.)
+                text.drain(..key_end - start.len());
+            } else if !continues_registered(&word) {
                 // Not the rest of a key (a continuation that started over, say): passed on.
                 text.insert_str(0, &start);
             } else if end == text.len() {
@@ -621,6 +627,25 @@ mod tests {
         ] {
             let out = text_items(&run_from(&committed, texts(&parts).into_iter().map(Ok).collect()).await);
             assert_eq!(out, expected, "{parts:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn after_a_replaced_key_its_rest_glued_to_punctuation_is_dropped() {
+        let committed = format!("my key is {REDACTED}");
+        // The first attempt was cut `k` bytes into the key, past its fragment, with at least
+        // `HOLD_MIN` bytes of it left.
+        for (k, size) in
+            (FRAGMENT_CHARS..=KEY.len() - HOLD_MIN).flat_map(|k| (1..=KEY.len() - k + 7).map(move |size| (k, size)))
+        {
+            let rest = format!("{}. Done.", &KEY[k..]);
+            let pieces: Vec<&str> = rest
+                .as_bytes()
+                .chunks(size)
+                .map(|c| std::str::from_utf8(c).unwrap_or_default())
+                .collect();
+            let out = text_items(&run_from(&committed, texts(&pieces).into_iter().map(Ok).collect()).await);
+            assert_eq!(out, ". Done.", "cut at {k}, pieces of {size}");
         }
     }
 
