@@ -35,6 +35,9 @@ pub enum GatewayError {
     UnknownModel { model: String, known: Vec<String> },
     #[error("{0}")]
     BadRequest(String),
+    /// A request header's value is refused: `header` names it (OpenAI's `param`).
+    #[error("{message}")]
+    BadHeader { header: &'static str, message: String },
     #[error("tailcut is at capacity; retry shortly")]
     Overloaded { retry_after: Duration },
     /// A tool's parameters or the response format's schema do not compile, or not within
@@ -49,17 +52,26 @@ impl GatewayError {
     pub fn status(&self) -> u16 {
         match self {
             GatewayError::UnknownModel { .. } => 404,
-            GatewayError::BadRequest(_) | GatewayError::InvalidSchema(_) => 400,
+            GatewayError::BadRequest(_) | GatewayError::BadHeader { .. } | GatewayError::InvalidSchema(_) => 400,
             GatewayError::Overloaded { .. } => 503,
         }
     }
 
     pub fn class(&self) -> ErrorClass {
         match self {
-            GatewayError::UnknownModel { .. } | GatewayError::BadRequest(_) | GatewayError::InvalidSchema(_) => {
-                ErrorClass::BadRequest
-            }
+            GatewayError::UnknownModel { .. }
+            | GatewayError::BadRequest(_)
+            | GatewayError::BadHeader { .. }
+            | GatewayError::InvalidSchema(_) => ErrorClass::BadRequest,
             GatewayError::Overloaded { .. } => ErrorClass::Overloaded,
+        }
+    }
+
+    /// A refused value of the request header `header`.
+    pub fn bad_header(header: &'static str, message: impl Into<String>) -> Self {
+        GatewayError::BadHeader {
+            header,
+            message: message.into(),
         }
     }
 
@@ -199,10 +211,12 @@ impl Gateway {
         }
         let now = Instant::now();
         let tenant = match ctx.tenant.as_deref() {
-            Some(name) => Some(
-                router::tenant_defaults(&self.config, name)
-                    .ok_or_else(|| GatewayError::BadRequest(format!("unknown tenant {name:?} (x-tailcut-tenant)")))?,
-            ),
+            Some(name) => Some(router::tenant_defaults(&self.config, name).ok_or_else(|| {
+                GatewayError::bad_header(
+                    "x-tailcut-tenant",
+                    format!("unknown tenant {name:?} (x-tailcut-tenant)"),
+                )
+            })?),
             None => None,
         };
         if let Some(t) = tenant {

@@ -57,6 +57,24 @@ async fn a_hedge_header_other_than_on_or_off_is_a_400_naming_it() {
 }
 
 #[tokio::test]
+async fn every_refused_header_is_a_400_whose_param_names_it() {
+    let server = start(&quick("")).await;
+    for headers in [
+        vec![("x-tailcut-hedge", "maybe")],
+        vec![("x-tailcut-response-type", "poem")],
+        vec![("x-tailcut-deadline-ms", "soon")],
+        vec![("x-tailcut-priority", "urgent")],
+        vec![("x-tailcut-tenant", "nobody")],
+        vec![("x-tailcut-region", "eu"), ("x-tailcut-region", "us")],
+    ] {
+        let name = headers[0].0;
+        let (status, json) = post(&server, "/v1/chat/completions", &chat_body(false), &headers).await;
+        assert_eq!(status, 400, "{headers:?}: {json}");
+        assert_eq!(json["error"]["param"], name, "{headers:?}: {json}");
+    }
+}
+
+#[tokio::test]
 async fn the_websocket_upgrade_refuses_a_bad_hedge_header_too() {
     let server = start(&quick("")).await;
     let url = server.url("/v1/ws").replacen("http://", "ws://", 1);

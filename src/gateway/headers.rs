@@ -71,7 +71,7 @@ impl RequestCtx {
         // so a second value can never slip past a check made on the first.
         if let Some(at) = found.repeated.iter().position(|repeated| *repeated) {
             let name = CONTROL_HEADERS[at];
-            return Err(GatewayError::BadRequest(format!("{name} may be sent only once")));
+            return Err(GatewayError::bad_header(name, format!("{name} may be sent only once")));
         }
         let get = |at: usize| found.get(at);
         let request_id = found.request_id.and_then(|v| v.to_str().ok());
@@ -83,22 +83,27 @@ impl RequestCtx {
                 "on" | "true" | "1" | "yes" => false,
                 "off" | "false" | "0" | "no" => true,
                 _ => {
-                    return Err(GatewayError::BadRequest(format!(
-                        "x-tailcut-hedge must be on or off (true/false, 1/0, yes/no), not {v:?}"
-                    )))
+                    return Err(GatewayError::bad_header(
+                        "x-tailcut-hedge",
+                        format!("x-tailcut-hedge must be on or off (true/false, 1/0, yes/no), not {v:?}"),
+                    ))
                 }
             };
         }
         if let Some(v) = get(RESPONSE_TYPE) {
             ctx.response_type = Some(ResponseType::parse(v).ok_or_else(|| {
-                GatewayError::BadRequest(format!(
-                    "x-tailcut-response-type must be prose, structured, tool or voice, not {v:?}"
-                ))
+                GatewayError::bad_header(
+                    "x-tailcut-response-type",
+                    format!("x-tailcut-response-type must be prose, structured, tool or voice, not {v:?}"),
+                )
             })?);
         }
         if let Some(v) = get(DEADLINE_MS) {
             let ms: u64 = v.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
-                GatewayError::BadRequest(format!("x-tailcut-deadline-ms must be a positive integer, not {v:?}"))
+                GatewayError::bad_header(
+                    "x-tailcut-deadline-ms",
+                    format!("x-tailcut-deadline-ms must be a positive integer, not {v:?}"),
+                )
             })?;
             ctx.deadline = Some(Duration::from_millis(ms));
         }
@@ -107,9 +112,10 @@ impl RequestCtx {
                 "interactive" => Priority::Interactive,
                 "batch" => Priority::Batch,
                 _ => {
-                    return Err(GatewayError::BadRequest(format!(
-                        "x-tailcut-priority must be interactive or batch, not {v:?}"
-                    )))
+                    return Err(GatewayError::bad_header(
+                        "x-tailcut-priority",
+                        format!("x-tailcut-priority must be interactive or batch, not {v:?}"),
+                    ))
                 }
             };
         }

@@ -20,7 +20,7 @@
 //! - they differ at the first byte (continuations start with a space, punctuation or the
 //!   rest of a word; answers start with their first word): a continuation. The whitespace the
 //!   adapter stripped from the prefill is dropped from its start when the continuation
-//!   re-emits it, and everything else is sent;
+//!   re-emits it (over as many pieces as it takes: `Seam::Trim`), and everything else is sent;
 //! - they repeat *all* of the client's text: the upstream started over and reproduced the
 //!   answer; the repeat is swallowed and what follows is sent (`RestartMatched`);
 //! - they repeat some of it and then differ: either a restart with a different answer or a
@@ -57,6 +57,9 @@ pub enum Seam {
         /// Continuation text not yet judged.
         held: String,
     },
+    /// A continuation whose re-emission of the withheld whitespace went only part of the way
+    /// in what came so far: `rest`, the part still to come, is dropped from the next text.
+    Trim { rest: String },
 }
 
 /// What to do with one piece of new text.
@@ -142,6 +145,15 @@ impl Seam {
                 held.push_str(text);
                 self.judge(false)
             }
+            Seam::Trim { rest } => {
+                let out = trim(rest, text);
+                if !rest.is_empty() && out.is_empty() {
+                    // All of it was more of the whitespace; the rest may still come.
+                    return (SeamOut::Emit(out), None);
+                }
+                *self = Seam::Pass;
+                (SeamOut::Emit(out), None)
+            }
         }
     }
 
@@ -149,7 +161,7 @@ impl Seam {
     /// differs from what the client has.
     pub fn finish(&mut self) -> (SeamOut, Option<SeamVerdict>) {
         match self {
-            Seam::Pass => (SeamOut::Hold, None),
+            Seam::Pass | Seam::Trim { .. } => (SeamOut::Hold, None),
             Seam::Swallow { expected, matched } => {
                 let replay = expected[..*matched].to_string();
                 *self = Seam::Pass;
@@ -182,12 +194,30 @@ impl Seam {
             *self = Seam::Pass;
             return (SeamOut::StartOver, Some(SeamVerdict::Ambiguous));
         }
-        // A continuation: drop its re-emission of the whitespace the prefill lost.
-        let skip = common_prefix(held, withheld);
-        let out = held[skip..].to_string();
-        *self = Seam::Pass;
+        // A continuation: drop its re-emission of the whitespace the prefill lost, which may
+        // go on in the next text ("\n" then "\nThe" for a withheld "\n\n").
+        let mut rest = std::mem::take(withheld);
+        let out = trim(&mut rest, held);
+        *self = if out.is_empty() && !rest.is_empty() {
+            Seam::Trim { rest }
+        } else {
+            Seam::Pass
+        };
         (SeamOut::Emit(out), Some(SeamVerdict::Continued))
     }
+}
+
+/// `text` without its start that re-emits the start of `rest` (withheld whitespace still to
+/// come); `rest` keeps what of it `text` did not reach.
+fn trim(rest: &mut String, text: &str) -> String {
+    let skip = common_prefix(text, rest);
+    if skip < text.len() {
+        // The re-emission ended inside `text` (or never began): no more of it comes.
+        rest.clear();
+    } else {
+        rest.drain(..skip);
+    }
+    text[skip..].to_string()
 }
 
 fn swallow(expected: &str, matched: &mut usize, text: &str) -> SeamOut {
@@ -315,6 +345,36 @@ mod tests {
             Ok("b".into()),
             "only what was withheld is dropped"
         );
+    }
+
+    /// Every way to cut `text` into up to three pieces at char boundaries.
+    fn splits(text: &str) -> Vec<Vec<&str>> {
+        let cuts: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+        let mut out = Vec::new();
+        for &a in &cuts {
+            for &b in cuts.iter().filter(|&&b| b >= a) {
+                out.push(vec![&text[..a], &text[a..b], &text[b..]]);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn stripped_whitespace_re_emitted_across_deltas_is_not_sent_twice() {
+        for (partial, withheld, continuation, expected) in [
+            ("for cuts.\n\n", "\n\n", "\n\nThe end.\n\n", "The end.\n\n"),
+            ("for cuts.\n\n", "\n\n", "\nThe end.", "The end."),
+            ("for cuts.\n\n", "\n\n", "The end.", "The end."),
+            ("a tëst \t ", " \t ", " \t tëst 😀", "tëst 😀"),
+        ] {
+            for pieces in splits(continuation) {
+                assert_eq!(
+                    run(Seam::verify(partial, withheld), &pieces),
+                    Ok(expected.to_string()),
+                    "{partial:?} continued as {pieces:?}"
+                );
+            }
+        }
     }
 
     #[test]

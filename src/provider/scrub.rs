@@ -15,8 +15,10 @@
 //!   `HOLD_MIN` bytes long: held until the next piece shows whether the key goes on. Shorter
 //!   ends are passed on at once (ordinary words end in "s" or "sk"), so at most the first
 //!   `HOLD_MIN − 1` characters of a key ("sk-") can go out before it is recognised;
-//! - whether a fragment match ran to the end of the piece (`in_key`): the rest of that word,
-//!   arriving next, is dropped too.
+//! - when a fragment match ran to the end of the piece, the key's start so far (`in_key`):
+//!   the rest of that key, arriving next, is dropped too, and only that: the text after the
+//!   key's last character is kept. (An echo that is not a registered key's start, one cut
+//!   short and changed, has the rest of its word dropped.)
 //!
 //! At a seam (an attempt fails mid-stream and another carries on):
 //! - a failed attempt's held end is dropped, never flushed: only a clean end (the finish, or
@@ -25,7 +27,7 @@
 //! - a continuation's scrubber starts from the text the client holds (its prefill) as the
 //!   text's context, so the rest of a key whose first characters went out before the seam is
 //!   still recognised, and a key replaced just before the cut has the rest of its word
-//!   dropped. A restart starts from nothing and needs no context. Tool calls never cross a
+//!   dropped (or, when text is glued after the key's end, "…WXYZ.", only the key's rest). A restart starts from nothing and needs no context. Tool calls never cross a
 //!   seam: a partial call is never forwarded, and no continuation follows a call.
 //!
 //! With no key registered (the simulated routes) the stream is returned as is.
@@ -36,8 +38,8 @@ use std::task::{Context, Poll};
 use futures::Stream;
 
 use super::error::{
-    any_registered, continues_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans,
-    replace_spans, FRAGMENT_CHARS, REDACTED,
+    any_registered, continues_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_end_in,
+    registered_spans, replace_spans, rest_of_registered, FRAGMENT_CHARS, REDACTED,
 };
 use super::{Delta, DeltaStream, ProviderError, ToolFragment};
 
@@ -87,7 +89,8 @@ enum Channel {
 struct Carry {
     held: String,
     context: String,
-    in_key: bool,
+    /// The start of a key matched up to the end of the last piece: its rest is dropped.
+    in_key: Option<String>,
     /// After a seed ending with a replaced key: the start of the next word so far, held while
     /// it could be the rest of that key (`None` once the word is judged).
     seam_word: Option<String>,
@@ -101,7 +104,13 @@ impl Carry {
         if let Some(start) = self.seam_word.take() {
             let end = text.find(ends_value).unwrap_or(text.len());
             let word = format!("{start}{}", &text[..end]);
-            if !continues_registered(&word) {
+            let key_end = registered_end_in(&word);
+            if !continues_registered(&word) && key_end >= HOLD_MIN.max(start.len()) {
+                // The rest of a key with text glued after it ("…WXYZ."): only the key goes.
+                // (Fewer than `HOLD_MIN` bytes ending a key are taken for ordinary text, as
+                // many words start with one.)
+                text.drain(..key_end - start.len());
+            } else if !continues_registered(&word) {
                 // Not the rest of a key (a continuation that started over, say): passed on.
                 text.insert_str(0, &start);
             } else if end == text.len() {
@@ -111,18 +120,28 @@ impl Carry {
                 text.drain(..end);
             }
         }
-        if self.in_key {
-            let rest = text.find(ends_value).unwrap_or(text.len());
-            text.drain(..rest);
-            self.in_key = text.is_empty();
+        if let Some(mut word) = self.in_key.take() {
+            // The rest of the key, when the text goes on as a registered key does; else (an
+            // echo changed after its fragment) the rest of the word.
+            let rest = rest_of_registered(&word, &text).unwrap_or_else(|| text.find(ends_value).unwrap_or(text.len()));
+            word.extend(text.drain(..rest));
+            if text.is_empty() {
+                self.in_key = Some(word);
+            }
         }
         let joined = format!("{}{text}", self.context);
-        let (mut out, last_end) = replace_spans(&joined, registered_spans(&joined), self.context.len());
-        // A fragment's match runs to the end of its word: at the end of the piece, the word
+        let spans = registered_spans(&joined);
+        // A fragment's match runs to the end of its word: at the end of the piece, the key
         // may go on in the next one. (No span replaced: nothing to go on, even when the piece
         // and its context are empty, as a tool call's first fragment's arguments are.)
-        if last_end == Some(joined.len()) && !ends_with_registered(&joined) {
-            self.in_key = true;
+        let key_start = spans
+            .iter()
+            .filter(|(_, end)| *end == joined.len())
+            .map(|(start, _)| *start)
+            .min();
+        let (mut out, last_end) = replace_spans(&joined, spans, self.context.len());
+        if let Some(start) = key_start.filter(|_| last_end == Some(joined.len()) && !ends_with_registered(&joined)) {
+            self.in_key = Some(joined[start..].to_string());
         }
         let hold = if out.ends_with(REDACTED) {
             0
@@ -149,7 +168,7 @@ impl Carry {
     /// Everything held, at the end of the channel.
     fn flush(&mut self) -> String {
         self.context.clear();
-        self.in_key = false;
+        self.in_key = None;
         // A first word still held as the possible rest of a key never goes out.
         self.seam_word = None;
         std::mem::take(&mut self.held)
@@ -356,6 +375,30 @@ mod tests {
             assert!(text.ends_with(", keep it."), "cut at {cut}: {text}");
             assert!(text.contains(REDACTED), "cut at {cut}: {text}");
             assert!(matches!(got.last(), Some(Delta::Finish(_))), "the finish stays last");
+        }
+    }
+
+    /// `text` with the start of the key that may go out before a `[redacted]` (under
+    /// `HOLD_MIN` characters, depending on the cut) taken away.
+    fn without_leaked_starts(text: &str) -> String {
+        (1..HOLD_MIN).rev().fold(text.to_string(), |text, k| {
+            text.replace(&format!("{}{REDACTED}", &KEY[..k]), REDACTED)
+        })
+    }
+
+    #[tokio::test]
+    async fn only_the_key_is_replaced_at_every_delta_size() {
+        let answer = format!("Your key is {KEY} and again {KEY}. Done. ({KEY},next) {KEY}");
+        let expected = format!("Your key is {REDACTED} and again {REDACTED}. Done. ({REDACTED},next) {REDACTED}");
+        for size in 1..=answer.len() {
+            let pieces: Vec<&str> = answer
+                .as_bytes()
+                .chunks(size)
+                .map(|c| std::str::from_utf8(c).unwrap_or_default())
+                .collect();
+            let text = text_of(&run(texts(&pieces)).await);
+            assert_no_key_piece(&format!("deltas of {size}"), &text);
+            assert_eq!(without_leaked_starts(&text), expected, "deltas of {size}");
         }
     }
 
@@ -584,6 +627,25 @@ mod tests {
         ] {
             let out = text_items(&run_from(&committed, texts(&parts).into_iter().map(Ok).collect()).await);
             assert_eq!(out, expected, "{parts:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn after_a_replaced_key_its_rest_glued_to_punctuation_is_dropped() {
+        let committed = format!("my key is {REDACTED}");
+        // The first attempt was cut `k` bytes into the key, past its fragment, with at least
+        // `HOLD_MIN` bytes of it left.
+        for (k, size) in
+            (FRAGMENT_CHARS..=KEY.len() - HOLD_MIN).flat_map(|k| (1..=KEY.len() - k + 7).map(move |size| (k, size)))
+        {
+            let rest = format!("{}. Done.", &KEY[k..]);
+            let pieces: Vec<&str> = rest
+                .as_bytes()
+                .chunks(size)
+                .map(|c| std::str::from_utf8(c).unwrap_or_default())
+                .collect();
+            let out = text_items(&run_from(&committed, texts(&pieces).into_iter().map(Ok).collect()).await);
+            assert_eq!(out, ". Done.", "cut at {k}, pieces of {size}");
         }
     }
 

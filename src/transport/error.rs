@@ -175,6 +175,7 @@ impl ErrorReply {
                 reply.param = Some(refusal.param.clone());
                 reply.code = Some(refusal.code);
             }
+            GatewayError::BadHeader { header, .. } => reply.param = Some((*header).to_string()),
             _ => {}
         }
         reply

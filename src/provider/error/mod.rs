@@ -19,8 +19,8 @@ pub use classify::{
     classify_body, classify_in_band, classify_response, classify_status, classify_transport, MAX_ERROR_BODY_BYTES,
 };
 pub(crate) use redact::{
-    any_registered, continues_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_spans,
-    replace_spans, FRAGMENT_CHARS, REDACTED,
+    any_registered, continues_registered, ends_value, ends_with_registered, fragment_start_at_end, registered_end_in,
+    registered_spans, replace_spans, rest_of_registered, FRAGMENT_CHARS, REDACTED,
 };
 pub use redact::{redact, register_secret, MIN_SECRET_CHARS};
 

@@ -151,6 +151,43 @@ pub(crate) fn continues_registered(word: &str) -> bool {
         })
 }
 
+/// The longest start of `word` that ends a registered secret past its first `FRAGMENT_CHARS`
+/// (the rest of a key cut short, with text glued after it: "XYZ." for a key ending "XYZ"), in
+/// bytes; 0 when none does.
+pub(crate) fn registered_end_in(word: &str) -> usize {
+    let secrets = SECRETS.read().unwrap_or_else(PoisonError::into_inner);
+    secrets
+        .iter()
+        .filter_map(|secret| {
+            let (cut, _) = secret.char_indices().nth(FRAGMENT_CHARS)?;
+            let tail = &secret[cut..];
+            (1..=tail.len().min(word.len()))
+                .rev()
+                .find(|&len| word.is_char_boundary(len) && tail.ends_with(&word[..len]))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// How many bytes at the start of `text` are the rest of a registered secret whose first
+/// characters are `word` (an echo found by its fragment, cut by the end of a piece): the
+/// secret's remainder when `text` holds all of it, all of `text` when `text` ends inside it;
+/// `None` when no secret starting with `word` goes on as `text` does.
+pub(crate) fn rest_of_registered(word: &str, text: &str) -> Option<usize> {
+    let secrets = SECRETS.read().unwrap_or_else(PoisonError::into_inner);
+    secrets
+        .iter()
+        .filter_map(|secret| {
+            let rest = secret.strip_prefix(word)?;
+            if text.starts_with(rest) {
+                Some(rest.len())
+            } else {
+                rest.starts_with(text).then_some(text.len())
+            }
+        })
+        .max()
+}
+
 /// The length of the longest end of `text` that is the start of a registered secret's
 /// `FRAGMENT_CHARS`-character fragment, counting only ends of at least `min` bytes: what a
 /// stream must hold back, as an echo may go on in its next piece.

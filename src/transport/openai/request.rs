@@ -232,6 +232,15 @@ fn assistant_tool_call(at: &str, index: usize, raw: RawToolCall) -> Result<ToolC
             format!("{at}: tool call type {kind:?} is not supported"),
         ));
     }
+    // Valid JSON that is not an object ("[1,2]", "\"str\"") is refused as non-JSON arguments
+    // are: a call's arguments are an object, and an Anthropic route (`tool_use.input`) cannot
+    // carry anything else. (Non-JSON text is refused where a route must parse it.)
+    if serde_json::from_str::<Value>(&raw.function.arguments).is_ok_and(|v| !v.is_object()) {
+        return Err(DecodeError::new(
+            format!("{at}.function.arguments"),
+            format!("tool call {} has arguments that are not a JSON object", raw.id),
+        ));
+    }
     Ok(ToolCall {
         index: u32::try_from(index).unwrap_or(u32::MAX),
         id: raw.id,
@@ -398,6 +407,44 @@ mod tests {
             "message names the type: {}",
             e.message
         );
+    }
+
+    #[test]
+    fn tool_call_arguments_that_are_json_but_not_an_object_are_refused() {
+        for arguments in ["[1,2]", "\"str\"", "42", "null", "true"] {
+            let v = with(
+                "messages",
+                json!([
+                    {"role": "user", "content": "weather?"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": "{}"}},
+                        {"id": "call_2", "type": "function", "function": {"name": "w", "arguments": arguments}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+                ]),
+            );
+            let e = decode(v).expect_err(arguments);
+            assert_eq!(
+                e.param.as_deref(),
+                Some("messages[1].tool_calls[1].function.arguments"),
+                "{arguments}: {}",
+                e.message
+            );
+            assert!(e.message.contains("not a JSON object"), "{arguments}: {}", e.message);
+        }
+        for arguments in ["{\"a\":1}", "", "  "] {
+            let v = with(
+                "messages",
+                json!([
+                    {"role": "user", "content": "weather?"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": arguments}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+                ]),
+            );
+            assert!(decode(v).is_ok(), "{arguments:?} is an object (or none)");
+        }
     }
 
     #[test]
