@@ -156,44 +156,6 @@ async fn same_route_retry_of_a_429_without_retry_after_waits_for_the_cooling() {
     assert_eq!(kinds(&evs).last().map(String::as_str), Some("finish(Stop)"));
 }
 
-/// An upstream's long Retry-After on the first rung does not hold the request while a lower
-/// rung can serve: it moves on at once. With no other route, the wait is still honoured.
-#[tokio::test(start_paused = true)]
-async fn a_long_retry_after_fails_over_to_a_lower_rung_at_once() {
-    for (class, status) in [
-        (ErrorClass::Unavailable, 529),
-        (ErrorClass::Unavailable, 503),
-        (ErrorClass::RateLimited, 429),
-    ] {
-        let e = ProviderError::new(class, "overloaded")
-            .with_status(status)
-            .with_retry_after(Some(Duration::from_secs(20)));
-        let ok = vec![text("hi"), Step::D(Delta::Finish(FinishReason::Stop))];
-        let (gw, calls) = gateway(
-            &toml(&[("a", "L0"), ("b", "L1")], ""),
-            vec![("a", Script::OpenErr(10, e)), ("b", Script::Stream(ok))],
-        );
-        let t0 = Instant::now();
-        let evs = collect(&gw, req(), RequestCtx::new(Dialect::OpenAi)).await;
-        assert_eq!(calls.calls("a"), 1, "{status}: not retried after 20 s");
-        assert_eq!(calls.calls("b"), 1, "{status}: the lower rung serves");
-        assert!(
-            t0.elapsed() < Duration::from_secs(1),
-            "{status}: at once, not after the Retry-After: {:?}",
-            t0.elapsed()
-        );
-        assert_eq!(kinds(&evs).last().map(String::as_str), Some("finish(Stop)"));
-    }
-    let e = ProviderError::new(ErrorClass::Unavailable, "overloaded")
-        .with_status(529)
-        .with_retry_after(Some(Duration::from_secs(5)));
-    let (gw, calls) = gateway(&toml(&[("a", "L0")], ""), vec![("a", Script::OpenErr(10, e))]);
-    let t0 = Instant::now();
-    collect(&gw, req(), RequestCtx::new(Dialect::OpenAi)).await;
-    assert_eq!(calls.calls("a"), 2, "the only route is retried after its Retry-After");
-    assert!(t0.elapsed() >= Duration::from_secs(5), "{:?}", t0.elapsed());
-}
-
 /// A hedge route with a bad key does not kill the request the primary is about to serve.
 #[tokio::test(start_paused = true)]
 async fn hedge_auth_error_leaves_a_healthy_primary_running() {

@@ -23,20 +23,11 @@ pub(super) struct NoStart {
     pub refusal: Option<Refusal>,
 }
 
-/// The longest wait for a same-route retry while a lower rung is left: the cooling a 429
-/// without Retry-After gets (so its retry, and the sub-second backoff of a 5xx, still
-/// happen). An upstream asking for longer (a 529 or 503 with `retry-after: 20`) is not
-/// waited for: the lower rung is tried at once.
-const MAX_RETRY_WAIT_BEFORE_LOWER_RUNG: Duration = crate::health::DEFAULT_COOLING;
-
 impl Run {
     /// Same route or next route: an equal-rung route is preferred at once, but when the next
-    /// route is a lower rung (or there is none), a transient failure (5xx, reset, or a 429)
-    /// is retried once on the same route first, after the upstream's Retry-After (else a
-    /// hint-less 429's cooling, else a short backoff). The wait must fit the deadline, and
-    /// while a lower rung is left to try it must be at most `MAX_RETRY_WAIT_BEFORE_LOWER_RUNG`:
-    /// a longer one is a first token the lower rung gives sooner, so the request moves on at
-    /// once. Returns when to retry.
+    /// route is a lower rung (or there is none), a transient failure (5xx, reset, or a 429
+    /// whose Retry-After fits the deadline) is retried once on the same route first. Returns
+    /// when to retry.
     pub(super) fn same_route_retry(&mut self, route: &str, tokens: u32, err: &ProviderError) -> Option<Instant> {
         if !matches!(err.class, ErrorClass::Unavailable | ErrorClass::RateLimited) || tokens > 0 {
             return None;
@@ -52,9 +43,6 @@ impl Run {
             // Jittered backoff so a fleet of retries does not arrive in step.
             (None, _) => Duration::from_millis(rand::random_range(100..=300)),
         };
-        if self.routes.next_untried_level().is_some() && wait > MAX_RETRY_WAIT_BEFORE_LOWER_RUNG {
-            return None;
-        }
         let at = Instant::now().checked_add(wait)?;
         if at + Duration::from_millis(10) >= self.deadline {
             return None;
