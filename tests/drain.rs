@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use support::*;
 use tokio::io::AsyncReadExt;
@@ -191,4 +191,41 @@ fn fly_kill_timeout_covers_the_grace_the_drain_and_the_cut() {
         needed,
         "kill_timeout = drain_grace_ms + drain_ms + the cut's flush"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_websocket_answer_gets_the_whole_drain_and_then_a_draining_error() {
+    // Only a WebSocket answer runs: the socket is no connection of hyper's after its
+    // upgrade, so the drain must wait for the answer itself, then cut it in band.
+    let server = start(&config(100, 1_000)).await;
+    let mut ws = ws_connect(&server, None).await.expect("upgraded");
+    ws.send(ws_chat("w1")).await.expect("sent");
+    loop {
+        let msg = ws_next(&mut ws).await;
+        if msg["type"] == "delta" {
+            break;
+        }
+    }
+    let begun = Instant::now();
+    let shutdown = tokio::spawn(server.shutdown());
+    let error = loop {
+        let msg = ws_next(&mut ws).await;
+        assert_ne!(
+            msg["type"], "done",
+            "a 10 s answer cannot finish within the drain: {msg}"
+        );
+        if msg["type"] == "error" {
+            break msg;
+        }
+    };
+    assert_eq!(error["code"], "draining", "{error}");
+    assert!(
+        begun.elapsed() >= Duration::from_millis(1_100),
+        "the answer ran through grace + drain: {:?}",
+        begun.elapsed()
+    );
+    tokio::time::timeout(Duration::from_secs(10), shutdown)
+        .await
+        .expect("shutdown ends after the cut")
+        .expect("shutdown task");
 }

@@ -36,7 +36,8 @@
 //!    with `Retry-After: 1` (code `draining`), while the listener stays open, so a load
 //!    balancer sees the instance fail its check before connections are refused;
 //! 2. drain (`drain_ms`): the listener closes, idle connections close, HTTP/2 clients get
-//!    GOAWAY, and in-flight streams may finish;
+//!    GOAWAY, and in-flight streams may finish, a WebSocket's requests and resumable
+//!    streams with no reader among them (the registry's running streams are waited for too);
 //! 3. cut: streams still running end with an in-band `draining` error in their dialect,
 //!    which gets up to `CUT_FLUSH` to reach the clients; then `serve` returns.
 //!
@@ -200,8 +201,17 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
     drop(listener);
     let all_closed = graceful.shutdown();
     tokio::pin!(all_closed);
+    // Hyper's connections, and the resumable streams (every WebSocket request is one; a
+    // socket stops being a connection of hyper's at its upgrade), all get the drain.
+    // Whether `all_closed` has resolved: it may be polled again only if not.
+    let mut closed = false;
+    let drained = async {
+        (&mut all_closed).await;
+        closed = true;
+        streams_ended(&state).await;
+    };
     tokio::select! {
-        _ = &mut all_closed => {
+        _ = drained => {
             tracing::info!("drained");
             return;
         }
@@ -215,9 +225,27 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
     let cut = state.resumable.cut_all("tailcut is shutting down");
     state.drain.cut();
     tracing::info!(resumable = cut, "cut the remaining streams");
+    let flushed = async {
+        if !closed {
+            (&mut all_closed).await;
+        }
+        // A WebSocket's cut request has its error written by the socket's own task, which
+        // nothing here can wait for: it gets the flush's time.
+        if cut > 0 {
+            std::future::pending::<()>().await;
+        }
+    };
     tokio::select! {
-        _ = &mut all_closed => tracing::info!("remaining streams ended"),
+        _ = flushed => tracing::info!("remaining streams ended"),
         _ = tokio::time::sleep(CUT_FLUSH) => tracing::warn!("closing connections whose clients did not take the error"),
+    }
+}
+
+/// Resolves once no resumable stream's answer is running (checked every 50 ms: only while
+/// the server drains).
+async fn streams_ended(state: &AppState) {
+    while state.resumable.running() > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

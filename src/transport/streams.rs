@@ -266,6 +266,12 @@ impl Registry {
         }
     }
 
+    /// Streams whose answer is still running (the drain waits for them: a WebSocket's
+    /// requests and a resumable stream with no reader are no connection of hyper's).
+    pub fn running(&self) -> usize {
+        self.table.lock().live.values().filter(|s| !s.replay.finished()).count()
+    }
+
     /// Ends every running stream with an `error` event of code `draining` that names the
     /// stream (so its client knows it may ask again); returns how many were cut. For the
     /// shutdown path, at the end of `[server] drain_ms`.
