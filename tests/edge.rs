@@ -191,3 +191,32 @@ async fn a_non_streaming_answer_past_max_answer_bytes_is_a_502_and_a_streamed_on
     assert!(reply.done(), "{}", reply.raw);
     assert!(reply.text().len() > 16, "{}", reply.text());
 }
+
+#[tokio::test]
+async fn a_websocket_keeps_its_connections_place_under_max_connections() {
+    let toml =
+        config_toml(&[("a", "openai", "quick")], QUICK).replacen("[server]\n", "[server]\nmax_connections = 2\n", 1);
+    let server = start(&toml).await;
+    let first = ws_connect(&server, None).await.expect("first socket");
+    let second = ws_connect(&server, None).await.expect("second socket");
+    // Both places are held by the sockets (no HTTP connection is left after an upgrade): a
+    // third connection waits in the kernel's backlog, unanswered.
+    let mut third = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connects (backlog)");
+    third
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("written");
+    let mut byte = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(500), third.read(&mut byte)).await;
+    assert!(early.is_err(), "answered while two sockets held both places: {early:?}");
+    // A socket that closes gives its place back, and the waiting connection is served.
+    drop(second);
+    let answer = read_until_closed(&mut third, Duration::from_secs(10))
+        .await
+        .unwrap_or_default();
+    let answer = format!("{}{}", byte[0] as char, String::from_utf8_lossy(&answer));
+    assert!(answer.contains(" 200 "), "{answer}");
+    drop(first);
+}

@@ -128,11 +128,28 @@ impl Drop for InFlight {
 pub struct Tracked {
     app: Edge,
     activity: Activity,
+    permit: ConnPermit,
 }
 
 impl Tracked {
-    pub fn new(app: Edge, activity: Activity) -> Self {
-        Tracked { app, activity }
+    pub fn new(app: Edge, activity: Activity, permit: ConnPermit) -> Self {
+        Tracked { app, activity, permit }
+    }
+}
+
+/// The connection's place under `max_connections`, shared: the connection holds it, and so
+/// does a WebSocket upgraded from it (given to the upgrade request as an extension), so a
+/// socket that outlives its HTTP connection still counts until it closes.
+#[derive(Clone)]
+pub struct ConnPermit(
+    /// Held, never read: the place is given back when the last holder drops it.
+    #[allow(dead_code)]
+    Arc<tokio::sync::OwnedSemaphorePermit>,
+);
+
+impl ConnPermit {
+    pub fn new(permit: tokio::sync::OwnedSemaphorePermit) -> Self {
+        ConnPermit(Arc::new(permit))
     }
 }
 
@@ -154,6 +171,11 @@ where
         let in_flight = self.activity.begin();
         let (mut parts, body) = request.into_parts();
         head::unshare(&mut parts);
+        // Only an upgrade (HTTP/1.1 `Upgrade`, HTTP/2's extended CONNECT) can outlive the
+        // connection; other requests never see the permit.
+        if parts.headers.contains_key(http::header::UPGRADE) || parts.method == http::Method::CONNECT {
+            parts.extensions.insert(self.permit.clone());
+        }
         let request = Request::from_parts(parts, Body::new(body));
         let answer = self.app.call(request);
         Box::pin(async move {

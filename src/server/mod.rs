@@ -69,6 +69,7 @@ use crate::sim::SimHandle;
 
 pub use crate::transport::AppState;
 pub use app::{app, Edge};
+pub use conn::ConnPermit;
 pub use reply::{dialect_of, EdgeRefusal};
 
 /// After the cut, how long the streams' in-band errors get to reach their clients before
@@ -302,7 +303,9 @@ impl Acceptor {
             };
             let _ = stream.set_nodelay(true);
             let activity = conn::Activity::new();
-            let service = TowerToHyperService::new(conn::Tracked::new(self.app.clone(), activity.clone()));
+            let permit = conn::ConnPermit::new(permit);
+            let service =
+                TowerToHyperService::new(conn::Tracked::new(self.app.clone(), activity.clone(), permit.clone()));
             let io = conn::client_io(stream, self.timeouts.write);
             let connection = self.builder.serve_connection_with_upgrades(io, service);
             let connection = self.graceful.watch(connection.into_owned());

@@ -37,6 +37,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 pub async fn upgrade(
     State(state): State<AppState>,
     Extension(origins): Extension<Arc<Origins>>,
+    conn: Option<Extension<crate::server::ConnPermit>>,
     headers: HeaderMap,
     uri: Uri,
     ws: WebSocketUpgrade,
@@ -93,7 +94,7 @@ pub async fn upgrade(
         // Only grows past write_buffer_size while the client is not reading; one large
         // outgoing message on top is the most it may hold.
         .max_write_buffer_size(buffer.saturating_add(max_message.max(1 << 20)))
-        .on_upgrade(move |socket| serve(socket, session, ping_every, queue))
+        .on_upgrade(move |socket| serve(socket, session, ping_every, queue, conn))
 }
 
 /// Runs one socket: its session reads and writes it from this one task, with at most
@@ -109,11 +110,14 @@ fn serve<F>(
     mut session: Box<Session<F>>,
     ping_every: Duration,
     queue: usize,
+    conn: Option<Extension<crate::server::ConnPermit>>,
 ) -> impl Future<Output = ()> + Send
 where
     F: FnMut(ChatRequest, RequestCtx) -> Result<EventStream, ErrorReply> + Send,
 {
     async move {
+        // The socket keeps its connection's place under max_connections until it closes.
+        let _conn = conn;
         let end = session.run(&mut socket, ping_every, queue).await;
         // Detaches the socket's requests now, not after the goodbye.
         drop(session);
@@ -196,7 +200,7 @@ mod tests {
     use super::*;
 
     /// The size of what `f` returns, without calling it.
-    fn returned_size<A, B, C, D, R>(_: fn(A, B, C, D) -> R) -> usize {
+    fn returned_size<A, B, C, D, E, R>(_: fn(A, B, C, D, E) -> R) -> usize {
         std::mem::size_of::<R>()
     }
 
