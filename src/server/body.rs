@@ -163,3 +163,36 @@ async fn read(request: Request, limits: BodyLimits) -> Result<Request, Refused> 
         Ok(Ok(())) => Ok(Request::from_parts(parts, Body::from(whole.freeze()))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::post;
+    use std::task::Waker;
+
+    #[tokio::test]
+    async fn once_the_body_is_whole_only_the_handler_is_held() {
+        let routes = Router::new().route(
+            "/v1/chat/completions",
+            post(|_: bytes::Bytes| std::future::pending::<&'static str>()),
+        );
+        let limits = BodyLimits {
+            max_bytes: 1024,
+            timeout: Duration::from_secs(5),
+        };
+        let mut reader = BodyReader::new(routes, limits);
+        let request = axum::http::request::Builder::new()
+            .method(Method::POST)
+            .uri("/v1/chat/completions")
+            .header(header::CONTENT_LENGTH, "2")
+            .body(Body::from("{}"))
+            .expect("a valid request");
+        let mut answer = std::pin::pin!(reader.call(request));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(answer.as_mut().poll(&mut cx).is_pending(), "the handler never answers");
+        assert!(
+            matches!(&*answer, Either::Right(Gathered::Routing { .. })),
+            "the read (body, buffer, timer) is released once the body is whole"
+        );
+    }
+}
