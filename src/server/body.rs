@@ -10,18 +10,19 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, Method};
+use axum::http::{header, Method, StatusCode};
 use axum::response::Response;
 use axum::routing::future::RouteFuture;
 use axum::Router;
 use bytes::BytesMut;
 use futures::future::Either;
 use futures::StreamExt;
+use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::reply::{dialect_of, render, request_id, EdgeRefusal};
@@ -47,8 +48,6 @@ impl BodyReader {
     }
 }
 
-type Gathered = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
 impl Service<Request> for BodyReader {
     type Response = Response;
     type Error = Infallible;
@@ -70,17 +69,59 @@ impl Service<Request> for BodyReader {
         if bodiless || http_body::Body::is_end_stream(request.body()) {
             return Either::Left(self.routes.call(request));
         }
-        let (mut routes, limits) = (self.routes.clone(), self.limits);
-        Either::Right(Box::pin(async move {
-            match read(request, limits).await {
-                Ok(request) => routes.call(request).await,
-                Err((refusal, path, id)) => Ok(render(refusal, dialect_of(&path), &id)),
-            }
-        }))
+        Either::Right(Gathered::Reading {
+            read: Box::pin(read(request, self.limits)),
+            routes: self.routes.clone(),
+        })
     }
 }
 
 type Refused = (EdgeRefusal, String, String);
+
+type ReadState = Pin<Box<dyn Future<Output = Result<Request, Refused>> + Send>>;
+
+pin_project! {
+    /// A request whose body is being read, then the routes' answer to it. The read's state
+    /// (the incoming body, its buffer, its timer) is its own allocation, freed once the body
+    /// is whole, rather than held beside the handler for as long as the handler runs.
+    #[project = GatheredProj]
+    pub enum Gathered {
+        Reading { read: ReadState, routes: Router },
+        Routing {
+            #[pin]
+            future: RouteFuture<Infallible>,
+        },
+        /// Refused, and polled again (a caller's bug).
+        Answered,
+    }
+}
+
+impl Future for Gathered {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project() {
+                GatheredProj::Reading { read, routes } => match ready!(read.as_mut().poll(cx)) {
+                    Ok(request) => {
+                        let future = routes.call(request);
+                        self.set(Gathered::Routing { future });
+                    }
+                    Err((refusal, path, id)) => {
+                        self.set(Gathered::Answered);
+                        return Poll::Ready(Ok(render(refusal, dialect_of(&path), &id)));
+                    }
+                },
+                GatheredProj::Routing { future } => return future.poll(cx),
+                GatheredProj::Answered => {
+                    let mut response = Response::default();
+                    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                    return Poll::Ready(Ok(response));
+                }
+            }
+        }
+    }
+}
 
 async fn read(request: Request, limits: BodyLimits) -> Result<Request, Refused> {
     let (parts, body) = request.into_parts();
@@ -120,5 +161,38 @@ async fn read(request: Request, limits: BodyLimits) -> Result<Request, Refused> 
         Err(_) => Err(refuse(EdgeRefusal::BodyTimeout)),
         Ok(Err(refusal)) => Err(refuse(refusal)),
         Ok(Ok(())) => Ok(Request::from_parts(parts, Body::from(whole.freeze()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::post;
+    use std::task::Waker;
+
+    #[tokio::test]
+    async fn once_the_body_is_whole_only_the_handler_is_held() {
+        let routes = Router::new().route(
+            "/v1/chat/completions",
+            post(|_: bytes::Bytes| std::future::pending::<&'static str>()),
+        );
+        let limits = BodyLimits {
+            max_bytes: 1024,
+            timeout: Duration::from_secs(5),
+        };
+        let mut reader = BodyReader::new(routes, limits);
+        let request = axum::http::request::Builder::new()
+            .method(Method::POST)
+            .uri("/v1/chat/completions")
+            .header(header::CONTENT_LENGTH, "2")
+            .body(Body::from("{}"))
+            .expect("a valid request");
+        let mut answer = std::pin::pin!(reader.call(request));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(answer.as_mut().poll(&mut cx).is_pending(), "the handler never answers");
+        assert!(
+            matches!(&*answer, Either::Right(Gathered::Routing { .. })),
+            "the read (body, buffer, timer) is released once the body is whole"
+        );
     }
 }

@@ -18,7 +18,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -27,12 +27,13 @@ use axum::response::Response;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use hyper_util::rt::TokioIo;
+use pin_project_lite::pin_project;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_io_timeout::TimeoutStream;
 
-use super::app::Edge;
+use super::app::{Edge, EdgeFuture};
 use super::head;
 use super::sniff::Sniffed;
 
@@ -160,14 +161,14 @@ where
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+    type Future = TrackedFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         // The edge service is always ready.
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+    fn call(&mut self, request: axum::http::Request<B>) -> TrackedFuture {
         let in_flight = self.activity.begin();
         let (mut parts, body) = request.into_parts();
         head::unshare(&mut parts);
@@ -177,16 +178,39 @@ where
             parts.extensions.insert(self.permit.clone());
         }
         let request = Request::from_parts(parts, Body::new(body));
-        let answer = self.app.call(request);
-        Box::pin(async move {
-            let response = answer.await?;
-            Ok(response.map(|body| {
+        TrackedFuture {
+            answer: self.app.call(request),
+            in_flight: Some(in_flight),
+        }
+    }
+}
+
+pin_project! {
+    /// The answer to one request through `Tracked`: the edge's answer held inline (hyper
+    /// already boxes the service future), its body counted in flight once it arrives.
+    pub struct TrackedFuture {
+        #[pin]
+        answer: EdgeFuture,
+        in_flight: Option<InFlight>,
+    }
+}
+
+impl Future for TrackedFuture {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let Ok(response) = ready!(this.answer.poll(cx));
+        Poll::Ready(Ok(match this.in_flight.take() {
+            Some(in_flight) => response.map(|body| {
                 Body::new(Counted {
                     body,
                     _in_flight: in_flight,
                 })
-            }))
-        })
+            }),
+            // Polled again after it answered: the edge future's own answer to that (a 500).
+            None => response,
+        }))
     }
 }
 

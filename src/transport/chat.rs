@@ -71,7 +71,9 @@ where
     let Some(slot) = state.gate.try_enter(gate_priority(state, &ctx)) else {
         return error_response(&ErrorReply::busy(), &ctx.request_id);
     };
-    let admission = match caller.admit(&req, &mut ctx).await {
+    // Boxed: the admission's future is only needed until the stream starts, and inline it
+    // would size the handler that every held stream keeps for its whole life.
+    let admission = match Box::pin(caller.admit(&req, &mut ctx)).await {
         Ok(admission) => admission,
         Err(refusal) => return error_response(&refusal.reply(), &ctx.request_id),
     };
