@@ -1056,3 +1056,31 @@ async fn keys_and_tokens_never_reach_a_response_a_log_line_or_a_metric() {
         assert!(!metrics.contains(secret), "a metric holds {secret}");
     }
 }
+
+#[tokio::test]
+async fn a_token_goes_with_its_key_when_the_key_is_replaced_under_the_same_name() {
+    // Two servers sharing the token secret, as after a restart with a rotated key: the
+    // second has a new key under the old key's name. The old key's token is refused there.
+    let before = start(&config("", "")).await;
+    let (status, minted) = mint(&before, &bearer(KEY), json!({"ttl_s": 600})).await;
+    assert_eq!(status, 200, "minted: {minted}");
+    let token = minted["token"].as_str().expect("token").to_string();
+    let auth = bearer(&token);
+    let d = Dialects { server: &before };
+    assert_eq!(
+        d.openai("chat", &[("authorization", &auth)]).await.0,
+        200,
+        "the token works"
+    );
+
+    let rotated = config("", "").replacen(&hash(KEY), &hash("tc_a-rotated-key-0123456789abcdef"), 1);
+    let after = start(&rotated).await;
+    let d = Dialects { server: &after };
+    let (status, _, body) = d.openai("chat", &[("authorization", &auth)]).await;
+    assert_eq!(status, 401, "the rotated key's old token: {body}");
+    assert_eq!(
+        d.openai("chat", &[("authorization", &bearer(KEY))]).await.0,
+        401,
+        "and the old key"
+    );
+}

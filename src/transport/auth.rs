@@ -237,10 +237,15 @@ impl Access {
             TokenError::Expired => Refusal::ExpiredToken,
             TokenError::Invalid => Refusal::BadToken,
         })?;
-        // A key removed (or moved to another tenant) since takes its tokens with it.
+        // A key removed, moved to another tenant or replaced under its name (rotated) since
+        // takes its tokens with it.
         let key = keys
             .iter()
-            .find(|k| k.config.name == claims.key && k.config.tenant == claims.tenant)
+            .find(|k| {
+                k.config.name == claims.key
+                    && k.config.tenant == claims.tenant
+                    && token::key_fingerprint(&k.config.sha256) == claims.key_fp
+            })
             .ok_or(Refusal::BadToken)?;
         Ok(Authed {
             key: Arc::clone(key),

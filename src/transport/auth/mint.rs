@@ -122,6 +122,7 @@ impl Access {
             tenant: authed.key.config.tenant.clone(),
             models,
             exp: expires_at,
+            key_fp: super::token::key_fingerprint(&authed.key.config.sha256),
         };
         let token = self.sign(&claims).ok_or(Refusal::TokensOff(self.tokens_off))?;
         tracing::info!(key = %claims.key, ttl_s = ttl.as_secs(), "browser token minted");

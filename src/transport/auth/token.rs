@@ -39,6 +39,21 @@ pub struct Claims {
     /// Expiry, Unix seconds.
     #[serde(rename = "e")]
     pub exp: u64,
+    /// Which key of that name: `key_fingerprint` of its hash. A key replaced under the same
+    /// name (rotated) no longer matches, so the old key's tokens go with it. A token without
+    /// it is refused.
+    #[serde(rename = "h")]
+    pub key_fp: String,
+}
+
+/// A key's fingerprint for its tokens: 8 bytes of SHA-256 over a label and the key's stored
+/// hash, hex. It names one key without saying anything of its hash (tokens are readable).
+pub fn key_fingerprint(key_sha256: &[u8; 32]) -> String {
+    use sha2::Digest;
+    let mut h = Sha256::new();
+    h.update(b"tailcut token key\0");
+    h.update(key_sha256);
+    hex::encode(&h.finalize()[..8])
 }
 
 /// Why a token was not accepted.
@@ -134,6 +149,7 @@ mod tests {
             tenant: "acme".into(),
             models: Some(vec!["chat".into()]),
             exp,
+            key_fp: key_fingerprint(&[1u8; 32]),
         }
     }
 
