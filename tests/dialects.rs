@@ -365,3 +365,25 @@ async fn no_free_stream_permit_is_a_503_with_retry_after() {
     }
     assert!(freed, "dropping the first stream gave its permit back");
 }
+
+#[tokio::test]
+async fn a_client_prefill_cut_for_the_anthropic_wire_is_not_given_its_whitespace_twice() {
+    // The Messages API refuses a final assistant text that ends in whitespace, so the adapter
+    // cuts it; the answer then starts by re-emitting it, which the client already holds.
+    let server = start(&config_toml(&[("a", "anthropic", "quick")], QUICK)).await;
+    let prefill = "Hello from ";
+    let mut body = chat_body(true);
+    body["messages"] = json!([
+        {"role": "user", "content": "Greet."},
+        {"role": "assistant", "content": prefill},
+    ]);
+    let (status, events) = post_native(&server.url(""), &body, &[]).await;
+    assert_eq!(status, 200, "{events:?}");
+    assert_eq!(native_text(&events), &TEXT[prefill.len()..], "{events:?}");
+    let log = server.sim.as_ref().expect("sim").log();
+    assert!(
+        log.iter()
+            .all(|r| r.prefill_chars == prefill.trim_end().chars().count()),
+        "{log:?}"
+    );
+}

@@ -209,7 +209,8 @@ impl Run {
             Ok((cur, first)) => {
                 self.capped_at = Instant::now() + self.mux.config.server.max_stream;
                 out.push(StreamEvent::Start(Box::new(self.env.clone())));
-                State::Streaming(self.streaming(cur, first, Seam::Pass))
+                let seam = self.first_seam(&cur.route);
+                State::Streaming(self.streaming(cur, first, seam))
             }
             Err(e) => {
                 // L3: a cached complete answer rather than an error, when no generating route
@@ -230,6 +231,27 @@ impl Run {
     /// decision checks side effects before anything else turns hedging off, so it says.
     fn side_effecting(&self) -> bool {
         matches!(self.hedge, Err(NoHedge::ClientOff | NoHedge::SideEffecting))
+    }
+
+    /// The first attempt's seam: it passes everything, except on the Anthropic wire after a
+    /// client's own prefill that ended in whitespace. The adapter cut that whitespace (the
+    /// Messages API refuses it), so the answer's re-emission of it is dropped: the client,
+    /// which holds its prefill, would otherwise get it twice.
+    fn first_seam(&self, route: &str) -> Seam {
+        let anthropic = self
+            .route_config(route)
+            .is_some_and(|r| r.wire == crate::config::Wire::Anthropic);
+        match self.req.assistant_prefill().filter(|_| anthropic) {
+            Some(own) => {
+                let cut = &own[own.trim_end().len()..];
+                if cut.is_empty() {
+                    Seam::Pass
+                } else {
+                    Seam::Trim { rest: cut.to_string() }
+                }
+            }
+            None => Seam::Pass,
+        }
     }
 
     fn route_config(&self, name: &str) -> Option<&RouteConfig> {
