@@ -86,6 +86,16 @@ pub struct ToolCallAssembler {
     buffered_bytes: usize,
     max_bytes: usize,
     failed: Option<AssemblerError>,
+    /// The request's `tool_choice` as a limit on names: `none` allows no call, a forced tool
+    /// only that one (`None`: any offered tool).
+    chosen: Option<Chosen>,
+}
+
+/// What a request's `tool_choice` leaves callable.
+#[derive(Debug, Clone, PartialEq)]
+enum Chosen {
+    Nothing,
+    Only(Arc<str>),
 }
 
 impl ToolCallAssembler {
@@ -105,7 +115,20 @@ impl ToolCallAssembler {
             buffered_bytes: 0,
             max_bytes: MAX_BUFFERED_BYTES,
             failed: None,
+            chosen: None,
         }
+    }
+
+    /// Holds calls to the request's `tool_choice`: with `none` every call, with a forced tool
+    /// a call to any other, is [`AssemblerError::NotChosen`].
+    fn with_choice(mut self, choice: Option<&crate::types::ToolChoice>) -> Self {
+        use crate::types::ToolChoice;
+        self.chosen = match choice {
+            Some(ToolChoice::None) => Some(Chosen::Nothing),
+            Some(ToolChoice::Tool(name)) => Some(Chosen::Only(Arc::from(name.as_str()))),
+            _ => None,
+        };
+        self
     }
 
     /// Replaces the cap on buffered bytes (default [`MAX_BUFFERED_BYTES`]).
@@ -288,6 +311,17 @@ impl ToolCallAssembler {
         let Some(name) = call.name.as_deref() else {
             return Err(AssemblerError::MissingName { index });
         };
+        let allowed = match &self.chosen {
+            None => true,
+            Some(Chosen::Nothing) => false,
+            Some(Chosen::Only(only)) => **only == *name,
+        };
+        if !allowed {
+            return Err(AssemblerError::NotChosen {
+                index,
+                name: name.to_string(),
+            });
+        }
         let Some(schema) = self.schemas.lookup(name) else {
             return Err(AssemblerError::UnknownTool {
                 index,

@@ -19,6 +19,8 @@ pub enum AssemblerError {
     SchemaMismatch { index: u32, name: String, message: String },
     #[error("tool call {index} names {name:?}, which is not among the request's tools")]
     UnknownTool { index: u32, name: String },
+    #[error("tool call {index} names {name:?}, which the request's tool_choice does not allow")]
+    NotChosen { index: u32, name: String },
     #[error("tool calls exceed the limit of {limit} {what}")]
     TooLarge { what: &'static str, limit: usize },
     #[error("tool call {index} has no name")]
@@ -60,8 +62,13 @@ impl AssemblerError {
     /// route's breaker. Garbage (arguments that are not a JSON object, a tool never offered,
     /// no name, a call cut short, too much) still counts: the route produced it whatever the
     /// schema.
+    /// A call the request's `tool_choice` ruled out does not count either: it is the client's
+    /// constraint, and upstreams (local servers above all) honour it unevenly.
     pub fn blames_route(&self) -> bool {
-        !matches!(self, AssemblerError::SchemaMismatch { .. })
+        !matches!(
+            self,
+            AssemblerError::SchemaMismatch { .. } | AssemblerError::NotChosen { .. }
+        )
     }
 
     pub fn metric_label(&self) -> &'static str {
@@ -70,6 +77,7 @@ impl AssemblerError {
             AssemblerError::InvalidJson { .. } => "invalid_json",
             AssemblerError::SchemaMismatch { .. } => "schema_mismatch",
             AssemblerError::UnknownTool { .. } => "unknown_tool",
+            AssemblerError::NotChosen { .. } => "not_chosen",
             AssemblerError::TooLarge { .. } => "too_large",
             AssemblerError::MissingName { .. } => "missing_name",
             AssemblerError::FragmentAfterEnd { .. } => "fragment_after_end",

@@ -27,7 +27,8 @@ impl Gates {
             return Err(too_many(req, budget));
         }
         Ok(Gates {
-            assembler: ToolCallAssembler::over(ToolSchemas::compile_within(&req.tools, budget)?),
+            assembler: ToolCallAssembler::over(ToolSchemas::compile_within(&req.tools, budget)?)
+                .with_choice(req.tool_choice.as_ref()),
             structured: StructuredGate::compile(req, budget)?,
         })
     }
@@ -194,6 +195,53 @@ mod tests {
         assert!(
             matches!(pushed, Err(super::super::AssemblerError::UnknownTool { ref name, .. }) if name == "get_weather"),
             "a tool never offered: {pushed:?}"
+        );
+    }
+
+    #[test]
+    fn tool_choice_none_takes_no_call_and_a_forced_tool_no_other() {
+        use crate::types::{FinishReason, ToolChoice};
+        let call = |name: &str| crate::provider::ToolFragment {
+            index: 0,
+            id: Some("call_1".into()),
+            name: Some(name.into()),
+            arguments: "{}".into(),
+        };
+        let outcome = |choice: Option<ToolChoice>, name: &str| {
+            let mut req = request(vec![tool("get_weather", Value::Null), tool("other", Value::Null)]);
+            req.tool_choice = choice;
+            let (mut assembler, _) = Gates::compile(&req).expect("compiles").for_attempt();
+            assembler
+                .push(call(name))
+                .and_then(|_| assembler.finish(FinishReason::ToolCalls))
+        };
+        let refused = |r: &Result<Vec<crate::types::ToolCall>, super::super::AssemblerError>| {
+            matches!(r, Err(super::super::AssemblerError::NotChosen { .. }))
+        };
+        assert!(
+            refused(&outcome(Some(ToolChoice::None), "get_weather")),
+            "none: no call"
+        );
+        assert!(
+            refused(&outcome(Some(ToolChoice::Tool("other".into())), "get_weather")),
+            "forced other: not this one"
+        );
+        assert!(
+            outcome(Some(ToolChoice::Tool("other".into())), "other").is_ok(),
+            "the forced tool"
+        );
+        assert!(
+            outcome(Some(ToolChoice::Auto), "get_weather").is_ok(),
+            "auto: any offered"
+        );
+        assert!(
+            outcome(Some(ToolChoice::Required), "other").is_ok(),
+            "required: any offered"
+        );
+        let err = outcome(Some(ToolChoice::None), "get_weather").err();
+        assert!(
+            err.is_some_and(|e| !e.blames_route()),
+            "the client's constraint blames no route"
         );
     }
 }
