@@ -50,22 +50,19 @@ pub async fn drain(start: Envelope, mut events: EventStream, max_bytes: usize) -
     let mut usage = None;
     let mut gathered = 0usize;
     while let Some(event) = events.next().await {
+        let grows = match &event {
+            StreamEvent::TextDelta(t) => t.len(),
+            StreamEvent::ToolCall(call) => call.id.len() + call.name.len() + call.arguments.len(),
+            _ => 0,
+        };
+        gathered = gathered.saturating_add(grows);
+        if gathered > max_bytes {
+            return Err(ErrorReply::answer_too_large(max_bytes, start));
+        }
         match event {
             StreamEvent::Start(_) | StreamEvent::RouteSwitch { .. } => {}
-            StreamEvent::TextDelta(t) => {
-                gathered = gathered.saturating_add(t.len());
-                if gathered > max_bytes {
-                    return Err(ErrorReply::answer_too_large(max_bytes, start));
-                }
-                text.push_str(&t);
-            }
-            StreamEvent::ToolCall(call) => {
-                gathered = gathered.saturating_add(call.id.len() + call.name.len() + call.arguments.len());
-                if gathered > max_bytes {
-                    return Err(ErrorReply::answer_too_large(max_bytes, start));
-                }
-                tool_calls.push(*call);
-            }
+            StreamEvent::TextDelta(t) => text.push_str(&t),
+            StreamEvent::ToolCall(call) => tool_calls.push(*call),
             StreamEvent::Reset { .. } => {
                 text.clear();
                 tool_calls.clear();

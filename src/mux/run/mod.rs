@@ -33,7 +33,8 @@ use super::transcript::Transcript;
 use super::Mux;
 use crate::config::RouteConfig;
 use crate::types::{
-    ChatRequest, Envelope, ErrorEvent, EventStream, FinishReason, Plan, RequestCtx, ResponseType, StreamEvent, Usage,
+    ChatRequest, Envelope, ErrorEvent, EventStream, FinishReason, Plan, PrefillConvention, RequestCtx, ResponseType,
+    StreamEvent, Usage,
 };
 
 /// Where one request is in its life. Each state's step is a plain async function that queues
@@ -241,16 +242,10 @@ impl Run {
         let anthropic = self
             .route_config(route)
             .is_some_and(|r| r.wire == crate::config::Wire::Anthropic);
-        match self.req.assistant_prefill().filter(|_| anthropic) {
-            Some(own) => {
-                let cut = &own[own.trim_end().len()..];
-                if cut.is_empty() {
-                    Seam::Pass
-                } else {
-                    Seam::Trim { rest: cut.to_string() }
-                }
-            }
-            None => Seam::Pass,
+        let own = self.req.assistant_prefill().filter(|_| anthropic).unwrap_or_default();
+        match PrefillConvention::Anthropic.withheld(&own) {
+            "" => Seam::Pass,
+            cut => Seam::Trim { rest: cut.to_string() },
         }
     }
 

@@ -89,10 +89,11 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, Pr
 
 /// Consecutive messages of one role become one message: tool results answering parallel
 /// calls must share a single user turn.
-/// Cuts trailing whitespace off the last block when it is text, dropping it if nothing is left.
+/// Cuts what the API refuses at the end of a final assistant text (`PrefillConvention::
+/// Anthropic`) off the last block when it is text, dropping it if nothing is left.
 fn trim_final_text(blocks: &mut Vec<Block>) {
     if let Some(Block::Text { text }) = blocks.last_mut() {
-        text.truncate(text.trim_end().len());
+        text.truncate(PrefillConvention::Anthropic.sent_text(text).len());
         if text.is_empty() {
             blocks.pop();
         }
