@@ -357,17 +357,17 @@ async fn a_websocket_request_the_key_refuses_gets_its_error_alone_without_accept
         .expect("upgrade");
     let off_list = ws_first_reply(&mut ws, "r1", "other").await;
     assert_eq!(
-        (&off_list["type"], &off_list["class"]),
-        (&json!("error"), &json!("forbidden")),
-        "a model off the key's list: the error first, no accepted: {off_list}"
+        (&off_list["type"], &off_list["class"], &off_list["code"]),
+        (&json!("error"), &json!("forbidden"), &json!("model_forbidden")),
+        "a model off the key's list: the error first, no accepted, the code HTTP gives: {off_list}"
     );
     let held = ws_first_reply(&mut ws, "r2", "long").await;
     assert_eq!(held["type"], "accepted", "the key's one stream is open: {held}");
     let over = ws_first_reply(&mut ws, "r3", "chat").await;
     assert_eq!(
-        (&over["type"], &over["class"]),
-        (&json!("error"), &json!("rate_limited")),
-        "over the key's max_streams: the error first, no accepted: {over}"
+        (&over["type"], &over["class"], &over["code"]),
+        (&json!("error"), &json!("rate_limited"), &json!("max_streams_exceeded")),
+        "over the key's max_streams: the error first, no accepted, the code HTTP gives: {over}"
     );
 }
 
@@ -466,13 +466,17 @@ async fn a_rate_limited_key_is_429_with_retry_after_in_every_dialect() {
     assert!(h.contains_key("retry-after"), "Anthropic hint");
     let (status, h, body) = d.native("chat", &headers).await;
     assert_eq!(
-        (status, &body["class"]),
-        (429, &json!("rate_limited")),
+        (status, &body["class"], &body["code"]),
+        (429, &json!("rate_limited"), &json!("rpm_exceeded")),
         "native: {body}"
     );
     assert!(h.contains_key("retry-after"), "native hint");
     let refused = ws_outcome(&mut ws, "r2", "chat").await;
-    assert_eq!(refused["class"], "rate_limited", "WebSocket: {refused}");
+    assert_eq!(
+        (&refused["class"], &refused["code"]),
+        (&json!("rate_limited"), &json!("rpm_exceeded")),
+        "WebSocket: the class and code HTTP gives: {refused}"
+    );
     assert!(refused["retry_after_ms"].as_u64().is_some_and(|ms| ms > 0), "{refused}");
 }
 

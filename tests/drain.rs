@@ -229,3 +229,40 @@ async fn a_websocket_answer_gets_the_whole_drain_and_then_a_draining_error() {
         .expect("shutdown ends after the cut")
         .expect("shutdown task");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_websocket_chat_sent_during_the_drain_is_refused_with_the_draining_code() {
+    // The refusal names itself as over HTTP (`code: draining`, a retry hint), so a client
+    // that reads the code asks another instance, whatever the class.
+    let server = start(&config(1_000, 1_000)).await;
+    let mut ws = ws_connect(&server, None).await.expect("upgraded");
+    ws.send(ws_chat("w1")).await.expect("sent");
+    loop {
+        if ws_next(&mut ws).await["type"] == "delta" {
+            break;
+        }
+    }
+    let shutdown = tokio::spawn(server.shutdown());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    ws.send(ws_chat("w2")).await.expect("sent");
+    let refusal = loop {
+        let msg = ws_next(&mut ws).await;
+        if msg["id"] == "w2" {
+            break msg;
+        }
+    };
+    assert_eq!(
+        (&refusal["type"], &refusal["class"], &refusal["code"]),
+        (&json!("error"), &json!("draining"), &json!("draining")),
+        "{refusal}"
+    );
+    assert_eq!(refusal["retry_after_ms"], 1_000, "{refusal}");
+    assert!(
+        refusal.get("seq").is_none(),
+        "a refusal is not part of a stream: {refusal}"
+    );
+    tokio::time::timeout(Duration::from_secs(30), shutdown)
+        .await
+        .expect("shutdown ends after the cut")
+        .expect("shutdown task");
+}

@@ -58,10 +58,12 @@ pub enum ServerMessage {
         retry_after_ms: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         envelope: Option<Envelope>,
-        /// Why a resumable stream ended or could not be read: `resume_gap`, `detached`,
-        /// `draining`, `cancelled`, `not_found`, `gone`, `forbidden` (docs/streams.md).
+        /// Why a resumable stream ended or could not be read (`resume_gap`, `detached`,
+        /// `draining`, `cancelled`, `not_found`, `gone`, `forbidden`: docs/streams.md), or
+        /// the refusal's own code, the one the OpenAI dialect puts in `error.code`
+        /// (`model_not_found`, `rpm_exceeded`, `draining`, ...: docs/errors.md).
         #[serde(skip_serializing_if = "Option::is_none")]
-        code: Option<StreamCode>,
+        code: Option<&'static str>,
         /// `resume_gap`: the oldest event still held; resume from before it is impossible.
         #[serde(skip_serializing_if = "Option::is_none")]
         first_seq: Option<u64>,
@@ -121,12 +123,18 @@ impl StreamCode {
         }
     }
 
-    /// The code a refusal's reply carries, when it is one a native client is told.
-    fn of_reply(code: &str) -> Option<StreamCode> {
-        match code {
-            "duplicate_id" => Some(StreamCode::DuplicateId),
-            "token_expired" => Some(StreamCode::TokenExpired),
-            _ => None,
+    /// The code as sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamCode::ResumeGap => "resume_gap",
+            StreamCode::Detached => "detached",
+            StreamCode::Draining => "draining",
+            StreamCode::Cancelled => "cancelled",
+            StreamCode::NotFound => "not_found",
+            StreamCode::Gone => "gone",
+            StreamCode::Forbidden => "forbidden",
+            StreamCode::DuplicateId => "duplicate_id",
+            StreamCode::TokenExpired => "token_expired",
         }
     }
 }
@@ -175,7 +183,10 @@ impl ServerMessage {
             message: reply.message.clone(),
             retry_after_ms: reply.retry_after_ms(),
             envelope: reply.envelope.as_deref().cloned(),
-            code: reply.code.and_then(StreamCode::of_reply),
+            // Every specific code a refusal has, as over HTTP: a client tells `rpm_exceeded`
+            // from `max_streams_exceeded`, and a chat refused by the drain (`draining`) from
+            // an overloaded server, without parsing the message.
+            code: reply.code,
             first_seq: None,
             stream: None,
         }
@@ -189,7 +200,7 @@ impl ServerMessage {
             message: message.into(),
             retry_after_ms: None,
             envelope: None,
-            code: Some(code),
+            code: Some(code.as_str()),
             first_seq: None,
             stream: None,
         }
