@@ -79,7 +79,9 @@ pub async fn reply(mut events: EventStream, how: Reply, permit: OwnedSemaphorePe
         let frames = encoded(first, events, encoder);
         return sse_response(headers, frames, how.keepalive, Bytes::from_static(PING_EVENT), permit);
     }
-    let answer = drain(start, events, how.max_answer_bytes).await;
+    // Boxed: inline, the drain's state (its envelope, the answer so far) would size the
+    // reply future that every held stream keeps until its first token, streamed or not.
+    let answer = Box::pin(drain(start, events, how.max_answer_bytes)).await;
     drop(permit);
     match answer {
         Ok(answer) => json_response(

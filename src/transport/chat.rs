@@ -42,44 +42,67 @@ where
     Reply: FnOnce(EventStream, How, OwnedSemaphorePermit) -> Replied,
     Replied: Future<Output = Response>,
 {
+    // Boxed, and freed once the stream is open: everything up to the gateway's call (the
+    // request, its context, the admission) is needed only until then, and inline it would
+    // size the handler's future, which every held stream keeps until its first token.
+    let opened = Box::pin(open(state, headers, query_token, dialect, error_response, prepare)).await;
+    match opened {
+        Ok((events, how, no_permit)) => reply(events, how, no_permit).await,
+        Err(response) => response,
+    }
+}
+
+/// `serve_chat` up to the open stream: its events driven by a pump, how to reply, and the
+/// permit `reply` is handed; or the HTTP error.
+async fn open<How>(
+    state: &AppState,
+    headers: &HeaderMap,
+    query_token: Option<&str>,
+    dialect: Dialect,
+    error_response: fn(&ErrorReply, &str) -> Response,
+    prepare: impl FnOnce(&mut RequestCtx) -> Result<(ChatRequest, How), ErrorReply>,
+) -> Result<(EventStream, How, OwnedSemaphorePermit), Response> {
     if let Some(refused) = unreadable_header(headers) {
-        return error_response(&refused, &RequestCtx::new(dialect).request_id);
+        return Err(error_response(&refused, &RequestCtx::new(dialect).request_id));
     }
     let mut ctx = match RequestCtx::from_headers(headers, dialect) {
         Ok(ctx) => ctx,
-        Err(e) => return error_response(&ErrorReply::from_gateway(&e), &RequestCtx::new(dialect).request_id),
+        Err(e) => {
+            return Err(error_response(
+                &ErrorReply::from_gateway(&e),
+                &RequestCtx::new(dialect).request_id,
+            ))
+        }
     };
     if state.drain.is_draining() {
-        return error_response(&draining(), &ctx.request_id);
+        return Err(error_response(&draining(), &ctx.request_id));
     }
     let caller = match state.access.authorize(headers, query_token, &mut ctx) {
         Ok(caller) => caller,
-        Err(refusal) => return error_response(&refusal.reply(), &ctx.request_id),
+        Err(refusal) => return Err(error_response(&refusal.reply(), &ctx.request_id)),
     };
     let (req, how) = match prepare(&mut ctx) {
         Ok(prepared) => prepared,
-        Err(e) => return error_response(&e, &ctx.request_id),
+        Err(e) => return Err(error_response(&e, &ctx.request_id)),
     };
     if let Err(e) = super::tool_cost::check(&req) {
-        return error_response(&e.into(), &ctx.request_id);
+        return Err(error_response(&e.into(), &ctx.request_id));
     }
     // `prepare` may have set the priority (native options): cap it by the key again, and by
     // the tenant as the gateway will, so the gate sees the priority the request really has.
     if let Err(refusal) = caller.bind(&mut ctx) {
-        return error_response(&refusal.reply(), &ctx.request_id);
+        return Err(error_response(&refusal.reply(), &ctx.request_id));
     }
     let Some(slot) = state.gate.try_enter(gate_priority(state, &ctx)) else {
-        return error_response(&ErrorReply::busy(), &ctx.request_id);
+        return Err(error_response(&ErrorReply::busy(), &ctx.request_id));
     };
-    // Boxed: the admission's future is only needed until the stream starts, and inline it
-    // would size the handler that every held stream keeps for its whole life.
-    let admission = match Box::pin(caller.admit(&req, &mut ctx)).await {
+    let admission = match caller.admit(&req, &mut ctx).await {
         Ok(admission) => admission,
-        Err(refusal) => return error_response(&refusal.reply(), &ctx.request_id),
+        Err(refusal) => return Err(error_response(&refusal.reply(), &ctx.request_id)),
     };
     // Zero permits: cannot fail unless the semaphore were closed, which it never is.
     let Ok(no_permit) = Arc::clone(&state.streams).try_acquire_many_owned(0) else {
-        return error_response(&ErrorReply::busy(), &ctx.request_id);
+        return Err(error_response(&ErrorReply::busy(), &ctx.request_id));
     };
     let request_id = ctx.request_id.clone();
     match state.gateway.chat(req, ctx) {
@@ -91,9 +114,9 @@ where
                 state.config.server.client_write_timeout,
                 state.drain.cut_token(),
             );
-            reply(events, how, no_permit).await
+            Ok((events, how, no_permit))
         }
-        Err(e) => error_response(&ErrorReply::from_gateway(&e), &request_id),
+        Err(e) => Err(error_response(&ErrorReply::from_gateway(&e), &request_id)),
     }
 }
 

@@ -6,7 +6,7 @@
 //! `retry-after: 1`), call the gateway, wait for the first event. `Error` first means nothing was committed: the
 //! client gets a real HTTP status. `Start` first commits: response headers go out with
 //! the envelope, and the rest of the stream is mapped to frames as the client reads them.
-//! Each HTTP stream has one task, its pump (`pump`), which a bounded channel ties to the
+//! Each HTTP stream has one task, its pump (`pump`), which a bounded queue ties to the
 //! response; when the client goes away the body is dropped, the pump aborted, and with it
 //! the event stream and every upstream attempt. Resumable streams (`/v1/streams` and every
 //! WebSocket request) also keep going without a reader, by design: one task per answer,

@@ -1,5 +1,5 @@
 //! The stream pump: one task per chat stream that pulls the gateway's events into a small
-//! bounded channel the response reads from, and owns what must be released on time (the
+//! bounded queue the response reads from, and owns what must be released on time (the
 //! stream's slot, the upstream) whether or not the client reads.
 //!
 //! Why a task: hyper polls a response body only when it can write to the socket, so a
@@ -20,15 +20,17 @@
 //!   client's, never as tailcut's own `internal`), should it ever read again;
 //! - the drain cut it: the reader then gets a `draining` error after what was queued.
 //!
-//! Memory per stream is bounded by the channel (`CAPACITY` events) however slow the reader.
+//! Memory per stream is bounded by the queue (`CAPACITY` events, `queue`) however slow the reader.
 
 use std::time::Duration;
 
+mod queue;
+
 use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
+use self::queue::{queue, Next, PushError};
 use super::drain::cut_event;
 use crate::types::{Envelope, ErrorClass, ErrorEvent, EventStream, FinishReason, StreamEvent};
 
@@ -62,12 +64,12 @@ pub fn pump<S>(
 where
     S: Send + 'static,
 {
-    let (tx, mut rx) = mpsc::channel(CAPACITY);
-    let (stop_tx, stop_rx) = oneshot::channel();
+    let (tx, mut rx) = queue::<StreamEvent, Stop>(CAPACITY);
     let task = tokio::spawn(async move {
         let _slot = slot;
-        // Boxed, like the event's: the task's future holds it (and `Stop`) for the stream's life.
-        let mut envelope = Box::<Envelope>::default();
+        // The answer's envelope, from its `Start`: boxed, like the event's, and made only
+        // then (a stream waiting for its first token holds none).
+        let mut envelope: Option<Box<Envelope>> = None;
         // The cut's waiter and the cap's timer are made once and polled in place: made anew
         // for each event, they joined and left the token's waiter list and the timer wheel
         // once per relayed event.
@@ -79,31 +81,34 @@ where
         let stop = loop {
             let event = tokio::select! {
                 biased;
-                _ = &mut cancelled => break Stop::Cut(envelope),
-                _ = &mut cap, if capped => break Stop::Capped(envelope),
+                _ = &mut cancelled => break Stop::Cut(envelope.unwrap_or_default()),
+                _ = &mut cap, if capped => break Stop::Capped(envelope.unwrap_or_default()),
                 event = events.next() => event,
             };
             let Some(event) = event else { break Stop::Ended };
             if let StreamEvent::Start(env) = &event {
                 cap.as_mut().reset(Instant::now() + max_stream);
                 capped = true;
-                envelope.clone_from(env);
+                match &mut envelope {
+                    Some(kept) => kept.clone_from(env),
+                    None => envelope = Some(env.clone()),
+                }
             }
             let terminal = matches!(event, StreamEvent::Finish { .. } | StreamEvent::Error(_));
             // A reader keeping up finds room at once: no timer is armed for it.
-            let event = match tx.try_send(event) {
+            let event = match tx.try_push(event) {
                 Ok(()) => None,
-                Err(mpsc::error::TrySendError::Closed(_)) => break Stop::Ended,
-                Err(mpsc::error::TrySendError::Full(event)) => Some(event),
+                Err(PushError::Closed(_)) => break Stop::Ended,
+                Err(PushError::Full(event)) => Some(event),
             };
             if let Some(event) = event {
                 let stalled_at = Instant::now() + stall;
                 tokio::select! {
                     biased;
-                    _ = &mut cancelled => break Stop::Cut(envelope),
-                    _ = &mut cap, if capped => break Stop::Capped(envelope),
-                    _ = sleep_until(stalled_at) => break Stop::Stalled(envelope),
-                    sent = tx.send(event) => if sent.is_err() { break Stop::Ended },
+                    _ = &mut cancelled => break Stop::Cut(envelope.unwrap_or_default()),
+                    _ = &mut cap, if capped => break Stop::Capped(envelope.unwrap_or_default()),
+                    _ = sleep_until(stalled_at) => break Stop::Stalled(envelope.unwrap_or_default()),
+                    sent = tx.push(event) => if sent.is_err() { break Stop::Ended },
                 }
             }
             if terminal {
@@ -120,20 +125,24 @@ where
                 "the client took no event for client_write_timeout_ms; its stream was dropped"
             );
         }
-        let _ = stop_tx.send(stop);
+        tx.close(stop);
     });
     let abort = AbortOnDrop(task);
     Box::pin(async_stream::stream! {
         let _abort = abort;
-        while let Some(event) = rx.recv().await {
-            yield event;
-        }
-        match stop_rx.await {
-            Ok(Stop::Cut(envelope)) => yield StreamEvent::Error(Box::new(cut_event(*envelope))),
-            Ok(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope },
-            Ok(Stop::Stalled(envelope)) => yield StreamEvent::Error(Box::new(too_slow(*envelope, stall))),
-            // Ended, or the task is gone: the dialect renders an unfinished stream honestly.
-            Ok(Stop::Ended) | Err(_) => {}
+        let stop = loop {
+            match rx.next().await {
+                Next::Item(event) => yield event,
+                Next::End(stop) => break stop,
+            }
+        };
+        match stop {
+            Some(Stop::Cut(envelope)) => yield StreamEvent::Error(Box::new(cut_event(*envelope))),
+            Some(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope },
+            Some(Stop::Stalled(envelope)) => yield StreamEvent::Error(Box::new(too_slow(*envelope, stall))),
+            // Ended, or the task is gone (it panicked): the dialect renders an unfinished
+            // stream honestly.
+            Some(Stop::Ended) | None => {}
         }
     })
 }
