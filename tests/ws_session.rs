@@ -140,3 +140,32 @@ async fn past_the_context_window_the_oldest_turns_are_left_out() {
     assert_eq!(h3["dropped_for_limit"], 0, "left out, not forgotten: {h3}");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_chat_over_the_cost_limits_is_refused_as_over_http() {
+    // The frame's parse is bounded by its size, but not what its messages cost the gateway
+    // and the upstream: `max_messages` holds over the socket as over HTTP.
+    let config =
+        config_toml(&[("a", "openai", "quick")], QUICK).replacen("[server]\n", "[server]\nmax_messages = 4\n", 1);
+    let server = start(&config).await;
+    let mut ws = ws_connect(&server, None).await.expect("upgrade");
+    let many: Vec<Value> = (0..5).map(|_| json!({"role": "user", "content": "x"})).collect();
+    let frame = json!({"type": "chat", "id": "m5", "request": {"model": "chat", "messages": many}});
+    ws.send(Message::text(frame.to_string())).await.expect("sent");
+    let refused = ws_next(&mut ws).await;
+    assert_eq!(
+        (&refused["type"], &refused["id"], &refused["class"], &refused["code"]),
+        (
+            &json!("error"),
+            &json!("m5"),
+            &json!("bad_request"),
+            &json!("max_messages_exceeded")
+        ),
+        "refused before anything starts, no accepted: {refused}"
+    );
+    let (answer, _) = chat(&mut ws, "m4", None, Value::Array(many[..4].to_vec())).await;
+    assert!(
+        !answer.is_empty(),
+        "four messages are within the limit, and the socket serves on"
+    );
+}

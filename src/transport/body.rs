@@ -46,15 +46,26 @@ pub fn check_cost(body: &[u8], limits: &RequestLimits) -> Result<(), DecodeError
     walk(body, limits)
 }
 
+/// The same limits for a request that arrived already parsed, inside a WebSocket frame: its
+/// parse was bounded by `ws_max_message_bytes`, but the decode into a chat request and what
+/// the gateway does with its messages are not, so a frame of 5,000 one-byte messages is
+/// refused here as the same body over HTTP is.
+pub fn check_value_cost(request: &serde_json::Value, limits: &RequestLimits) -> Result<(), DecodeError> {
+    walk_with(request, limits)
+}
+
 /// The walk itself (see the module doc).
 fn walk(body: &[u8], limits: &RequestLimits) -> Result<(), DecodeError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
+    walk_with(&mut serde_json::Deserializer::from_slice(body), limits)
+}
+
+fn walk_with<'de, D: Deserializer<'de>>(de: D, limits: &RequestLimits) -> Result<(), DecodeError> {
     let walk = Walk {
         limits,
         cost: Cost::default(),
         depth: 0,
     };
-    match walk.deserialize(&mut de) {
+    match walk.deserialize(de) {
         Ok(_) => Ok(()),
         Err(e) => match Over::from_message(&e.to_string()) {
             Some(over) => Err(over.error(limits)),
@@ -373,6 +384,21 @@ mod tests {
             Some("max_decoded_bytes_exceeded"),
             "one byte over is refused"
         );
+    }
+
+    #[test]
+    fn a_parsed_request_is_held_to_the_same_limits() {
+        let at = limits(3, usize::MAX);
+        let value = |n| serde_json::from_slice::<serde_json::Value>(&messages(n)).expect("JSON");
+        assert!(
+            check_value_cost(&value(3), &at).is_ok(),
+            "three messages fit a cap of three"
+        );
+        let err = check_value_cost(&value(4), &at).err();
+        assert_eq!(err.and_then(|e| e.code), Some("max_messages_exceeded"));
+        let big = serde_json::json!({"model": "chat", "messages": [], "metadata": {"k": "x".repeat(100)}});
+        let err = check_value_cost(&big, &limits(10, 50)).err();
+        assert_eq!(err.and_then(|e| e.code), Some("max_decoded_bytes_exceeded"));
     }
 
     #[test]

@@ -82,7 +82,8 @@ pub async fn upgrade(
     // what it moved that into, so handing over the parts took their room twice per socket.
     let session = Box::new(
         Session::new(chat, base, slots(&state, caller_for_slots), state.resumable.clone())
-            .with_windows(Arc::clone(&state.ws_windows)),
+            .with_windows(Arc::clone(&state.ws_windows))
+            .with_limits(server.request_limits),
     );
     let (ping_every, queue) = (server.ws_ping_interval, server.ws_send_queue);
     let max_message = server.ws_max_message_bytes;

@@ -35,6 +35,8 @@ use super::outbox::Outbox;
 use super::protocol::{self, ClientMessage};
 use super::render::sequenced;
 use super::streams::{ahead, refusal, Cancel, Item, RequestStreams};
+use crate::config::RequestLimits;
+use crate::transport::body::check_value_cost;
 use crate::transport::error::ErrorReply;
 use crate::transport::native::{ChatOptions, ServerMessage};
 use crate::transport::openai::decode_value;
@@ -122,6 +124,8 @@ pub struct Session<F> {
     histories: Histories,
     /// Per client-facing model, its routes' context windows.
     windows: Arc<HashMap<String, Vec<RouteWindow>>>,
+    /// `max_messages` and `max_decoded_bytes`, as over HTTP.
+    limits: RequestLimits,
 }
 
 impl<F> Session<F>
@@ -140,7 +144,15 @@ where
             turn: 0,
             histories: Histories::default(),
             windows: Arc::default(),
+            limits: RequestLimits::default(),
         }
+    }
+
+    /// The cost limits each `chat`'s request is held to (`server.max_messages`,
+    /// `server.max_decoded_bytes`).
+    pub fn with_limits(mut self, limits: RequestLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The context windows a session's history is projected for, per client-facing model.
@@ -291,8 +303,10 @@ where
         if let Some(reply) = self.refuse_open(&id) {
             return send_error(Some(id), reply);
         }
-        let mut req = match decode_value(request).and_then(|req| crate::transport::tool_cost::check(&req).map(|()| req))
-        {
+        let decoded = check_value_cost(&request, &self.limits)
+            .and_then(|()| decode_value(request))
+            .and_then(|req| crate::transport::tool_cost::check(&req).map(|()| req));
+        let mut req = match decoded {
             Ok(req) => req,
             Err(e) => return send_error(Some(id), e.into()),
         };
