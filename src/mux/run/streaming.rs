@@ -28,6 +28,11 @@ pub(super) struct Streaming {
     /// enter the inter-token window (a zero gap would tighten every stall limit).
     pending: Option<AttemptEvent>,
     last_token: Instant,
+    /// When the last step handed its events on. Until the request's reader asks again the
+    /// attempt is not read (a client that stops reading stops the pump), and that pause is
+    /// the client's: it is added to `last_token`, so it neither trips the stall limit nor
+    /// enters the route's inter-token gaps.
+    handed_on: Option<Instant>,
     /// Computed once per attempt: it reads the route's gap histogram.
     stall: Duration,
     /// The stall and cap timers, kept for the attempt's life and moved forward at each
@@ -65,11 +70,15 @@ impl Run {
             seam,
             pending: Some(first),
             last_token,
+            handed_on: None,
         }
     }
 
     /// One event of the committed attempt: its effect on the client (`out`) and the next state.
     pub(super) async fn stream_step(&mut self, mut s: Streaming, out: &mut Vec<StreamEvent>) -> State {
+        if let Some(at) = s.handed_on.take() {
+            s.last_token += Instant::now().saturating_duration_since(at);
+        }
         let (ev, after_gap) = match s.pending.take() {
             Some(ev) => (ev, false),
             None => {
@@ -162,6 +171,7 @@ impl Run {
                 return State::Recovering(Recovering::Failed(route));
             }
         }
+        s.handed_on = Some(Instant::now());
         State::Streaming(s)
     }
 
