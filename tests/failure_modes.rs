@@ -435,3 +435,40 @@ async fn hung_primary_without_a_hedge_is_failed_over() {
         "b serves once a is presumed hung"
     );
 }
+
+/// A reader that pauses longer than the stall limit does not make the upstream a staller:
+/// while nobody reads, the attempt is not read either, and the pause is the reader's.
+#[tokio::test(start_paused = true)]
+async fn a_reader_pausing_past_the_stall_limit_is_not_an_upstream_stall() {
+    let mut steps = vec![Step::Wait(100)];
+    for _ in 0..40 {
+        steps.push(text("tok "));
+        steps.push(Step::Wait(10));
+    }
+    steps.push(Step::D(Delta::Finish(FinishReason::Stop)));
+    let (gw, _) = gateway(
+        &toml(&[("a", "L0"), ("b", "L0")], ""),
+        vec![("a", Script::Stream(steps.clone())), ("b", Script::Stream(steps))],
+    );
+    let mut events = gw.chat(req(), RequestCtx::new(Dialect::OpenAi)).expect("planned");
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(events.next().await.expect("an event"));
+    }
+    // The reader looks away for longer than the route's stall limit (10 s at most).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    while let Some(event) = events.next().await {
+        got.push(event);
+    }
+    let k = kinds(&got);
+    assert_eq!(k.last().map(String::as_str), Some("finish(Stop)"), "completed: {k:?}");
+    match got.last() {
+        Some(StreamEvent::Finish { envelope, .. }) => {
+            assert!(envelope.fell_back_from.is_empty(), "no failed attempt: {envelope:?}");
+            assert_eq!(envelope.route.as_deref(), Some("a"), "served by a, no switch");
+        }
+        other => panic!("a finish, not {other:?}"),
+    }
+    let snap = gw.health().snapshot(Instant::now(), gw.config());
+    assert_eq!(snap[0].error_rate, 0.0, "the route is not blamed");
+}
