@@ -261,7 +261,16 @@ impl Breaker {
 
     /// Opens the breaker now for the current cool-down (drills, operator action).
     pub fn force_open(&mut self, now: Instant, reason: &str) {
+        self.force_open_for(now, Duration::ZERO, reason);
+    }
+
+    /// Opens the breaker now for the current cool-down or `at_least`, whichever is longer (a
+    /// drill with a duration): one opening, so what a refusal says is left is the real time.
+    pub fn force_open_for(&mut self, now: Instant, at_least: Duration, reason: &str) {
         self.open(now, reason.to_string());
+        if let Phase::Open { until } = &mut self.phase {
+            *until = (*until).max(now + at_least);
+        }
     }
 
     /// The state as seen at `now`: an open breaker whose cool-down has passed is half-open.

@@ -355,11 +355,17 @@ impl Health {
         }
     }
 
-    /// Opens a route's breaker on purpose (drills).
+    /// Opens a route's breaker on purpose for one cool-down (drills).
     pub fn force_open(&self, name: &str, now: Instant) -> bool {
+        self.force_open_for(name, now, Duration::ZERO)
+    }
+
+    /// Opens a route's breaker on purpose for one cool-down or `at_least`, the longer (a
+    /// drill with a duration). False for an unknown route.
+    pub fn force_open_for(&self, name: &str, now: Instant, at_least: Duration) -> bool {
         match self.route(name) {
             Some(r) => {
-                r.state.lock().breaker.force_open(now, "drill");
+                r.state.lock().breaker.force_open_for(now, at_least, "drill");
                 true
             }
             None => false,

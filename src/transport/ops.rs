@@ -9,8 +9,8 @@
 //!
 //! `/admin/routes` remembers, per configured route, the last TTFT figures a read saw, so the
 //! dashboard keeps showing them (marked stale, with their age) after the live window empties;
-//! and the drills running, so a drill given a duration (`?ms=`) keeps its breaker open that
-//! long and says how long is left.
+//! and the drills running, so `/admin/routes` says how long a drill (one opening of its
+//! breaker, `?ms=` long) has left.
 //!
 //! `/admin/rotation` (in [`rotation`]) reads the rotation metrics per model and per route,
 //! with an hour of samples for the dashboard's plots.
@@ -124,8 +124,8 @@ struct DrillQuery {
 
 /// `POST /admin/routes/{name}/drill[?ms=N]`: opens the route's breaker on purpose, to prove
 /// the fallbacks before an incident does. Without `ms` it stays open one cool-down (then
-/// half-open, as after any opening); with `ms` (1..=600000) it is reopened until at least
-/// `ms` have passed. A new drill on the route replaces a running one. The answer says how
+/// half-open, as after any opening); with `ms` (1..=600000) it stays open that long (at
+/// least one cool-down), and refusals' retry hints say when it ends. A new drill on the route replaces a running one. The answer says how
 /// long the breaker stays open. Needs `Authorization: Bearer <admin token>`.
 async fn drill(
     State(state): State<AppState>,
@@ -367,9 +367,10 @@ mod tests {
         for step in 1..=99 {
             tokio::time::advance(Duration::from_millis(100)).await;
             let now = Instant::now();
-            assert!(
-                open_until(&health, &name, now).is_some(),
-                "still open {step}00 ms into a 10 s drill"
+            assert_eq!(
+                open_until(&health, &name, now),
+                Some(t0 + Duration::from_secs(10)),
+                "still open {step}00 ms into a 10 s drill, and a refusal says until its end"
             );
             assert_eq!(
                 memory.drill_left(&name, now),

@@ -74,10 +74,9 @@ impl LastTtft {
     }
 }
 
-/// A drill with a duration: the task that keeps the breaker open, and when it ends.
+/// A drill: when it ends (its breaker's opening lasts until then).
 struct Drill {
     ends_at: Instant,
-    task: Option<tokio::task::AbortHandle>,
 }
 
 /// What `/admin/routes` keeps between requests, one per server (an `Extension` of the ops
@@ -120,10 +119,11 @@ impl OpsMemory {
             .filter(|left| !left.is_zero())
     }
 
-    /// Opens `name`'s breaker for `requested` (one cool-down when `None`), replacing a drill
-    /// running on it. Returns how long it stays open, `None` for an unknown route. The
-    /// breaker is reopened halfway through each cool-down of at least `min_open` (the
-    /// configured first cool-down), so it never turns half-open before the drill ends.
+    /// Opens `name`'s breaker for `requested` (one cool-down when `None`, and never less),
+    /// replacing a drill running on it. Returns how long it stays open, `None` for an unknown
+    /// route. One opening that lasts the drill: a refusal's retry hint is the drill's end, and
+    /// the breaker turns half-open (probes) only then. `min_open` is what is said when the
+    /// breaker cannot be read back (never expected).
     pub(super) fn start_drill(
         &self,
         health: &Arc<Health>,
@@ -132,33 +132,15 @@ impl OpsMemory {
         min_open: Duration,
         now: Instant,
     ) -> Option<Duration> {
-        if !health.force_open(name, now) {
+        if !health.force_open_for(name, now, requested.unwrap_or_default()) {
             return None;
         }
-        let one_cooldown = match health.availability(name, now) {
+        let open_for = match health.availability(name, now) {
             Err(Unavailable::BreakerOpen { until }) => until.saturating_duration_since(now),
             _ => min_open,
         };
-        let open_for = requested.map_or(one_cooldown, |r| r.max(one_cooldown));
         let ends_at = now + open_for;
-        let task = (open_for > one_cooldown).then(|| {
-            let health = Arc::clone(health);
-            let route = name.to_string();
-            tokio::spawn(async move {
-                let mut covered = now + min_open;
-                while covered < ends_at {
-                    tokio::time::sleep_until(covered - min_open / 2).await;
-                    let at = Instant::now();
-                    health.force_open(&route, at);
-                    covered = at + min_open;
-                }
-            })
-            .abort_handle()
-        });
-        let previous = self.drills.lock().insert(name.to_string(), Drill { ends_at, task });
-        if let Some(task) = previous.and_then(|d| d.task) {
-            task.abort();
-        }
+        self.drills.lock().insert(name.to_string(), Drill { ends_at });
         Some(open_for)
     }
 }
