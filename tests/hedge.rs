@@ -249,6 +249,22 @@ async fn primary_failure_before_first_token_fails_over_at_once_while_the_hedge_r
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_hedge_that_fails_while_its_primary_goes_on_is_no_route_change() {
+    // The hedge to b fires at 300 ms and dies at 800 ms; a, running from the start, serves
+    // at 2 s. The request never moved: b failed, and no route change names it.
+    let server = start_preloaded(&[("a", "openai", "medium"), ("b", "openai", "dies-early")]).await;
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.text(), "medium answer");
+    let env = reply.envelope();
+    assert_eq!(env["route"], "a", "{env}");
+    assert_eq!(env["hedged"], true, "{env}");
+    assert_eq!(env["fell_back_from"][0]["route"], "b", "{env}");
+    let changes = env["route_changes"].as_array().map_or(0, Vec::len);
+    assert_eq!(changes, 0, "no move from the failed hedge to the primary: {env}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn budget_caps_hedges() {
     // Both routes slower than the ceiling: every request wants a hedge, whichever route the
     // ranking makes primary; only the budget says no.

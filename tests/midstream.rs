@@ -165,6 +165,28 @@ async fn continue_on_native_sse_announces_the_route_switch() {
 }
 
 #[tokio::test]
+async fn a_continuation_that_cannot_be_verified_is_a_reset_with_no_route_switch_before_it() {
+    // b repeats the answer's first words and then differs: nothing of it is sent, and the
+    // restart is said with a `reset` alone (a `route_switch` would have told the client to
+    // keep text it is about to replace).
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper"), ("b", "openai", "differ")],
+        "[\"continue\", \"restart\"]",
+    ))
+    .await;
+    let (status, events) = post_native(&server.url(""), &chat_body(true), &headers()).await;
+    assert_eq!(status, 200);
+    assert_eq!(count(&events, "reset"), 1, "{events:?}");
+    assert_eq!(count(&events, "route_switch"), 0, "{events:?}");
+    let (name, done) = events.last().cloned().expect("events");
+    assert_eq!(name, "done", "{events:?}");
+    assert_eq!(done["envelope"]["route_switches"].as_u64().unwrap_or(0), 0, "{done}");
+    assert_eq!(done["envelope"]["resets"], 1, "{done}");
+    assert_eq!(done["envelope"]["policy"], "restart", "{done}");
+    assert_eq!(native_text(&events), ANSWER, "{events:?}");
+}
+
+#[tokio::test]
 async fn a_continuation_after_the_clients_own_prefill_is_judged_against_prefill_and_answer() {
     // The client's request ends with its own prefill; the first route continues it and is
     // cut, the next continues (or starts the whole message over): either way the client ends
@@ -209,6 +231,43 @@ async fn a_voice_answer_whose_continuation_cannot_be_verified_is_truncated_not_r
     assert_eq!(done["envelope"]["policy"], "truncate", "{done}");
     let text = native_text(&events);
     assert!(!text.is_empty() && ANSWER.starts_with(&text), "{text:?}");
+}
+
+#[tokio::test]
+async fn prose_whose_only_route_keeps_dying_ends_with_an_error_not_a_truncate_it_has_not() {
+    // Prose is "continue, else restart": when no route can carry the answer on, it is an
+    // honest error, and the envelope names no truncate policy. Voice ("continue, else
+    // truncate") keeps what the client holds and ends truncated.
+    let server = start(&with_policy(
+        &[("a", "openai", "dropper")],
+        "[\"continue\", \"restart\"]",
+    ))
+    .await;
+    let (status, events) = post_native(&server.url(""), &chat_body(true), &headers()).await;
+    assert_eq!(status, 200);
+    let (name, end) = events.last().cloned().expect("events");
+    assert_eq!(name, "error", "{events:?}");
+    assert_eq!(end["class"], "unavailable", "{end}");
+    assert_ne!(end["envelope"]["policy"], "truncate", "{end}");
+    assert!(
+        end["envelope"]["fell_back_from"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty()),
+        "{end}"
+    );
+    assert!(!native_text(&events).is_empty(), "the partial text was sent first");
+
+    let reply = post_sse(&server.url(""), &chat_body(true), &headers()).await;
+    let last = reply.chunks().last().cloned().unwrap_or_default();
+    assert_eq!(last["error"]["code"], "unavailable", "{}", reply.raw);
+
+    let mut h = headers();
+    h.push(("x-tailcut-response-type", "voice"));
+    let (_, events) = post_native(&server.url(""), &chat_body(true), &h).await;
+    let (name, done) = events.last().cloned().expect("events");
+    assert_eq!(name, "done", "{events:?}");
+    assert_eq!(done["finish_reason"], "truncated", "{done}");
+    assert_eq!(done["envelope"]["policy"], "truncate", "{done}");
 }
 
 #[tokio::test]

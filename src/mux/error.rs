@@ -29,6 +29,10 @@ pub enum MuxError {
         "the answer was interrupted and its retry on {route} diverged from the text already sent; the response is incomplete"
     )]
     Diverged { route: String },
+    /// The committed answer broke and no policy of its type could carry it on (its
+    /// recoveries were spent, or it is too long to continue or compare).
+    #[error("the answer broke mid-stream and could not be carried on: {0}; the response is incomplete")]
+    Unrecoverable(&'static str),
 }
 
 impl MuxError {
@@ -38,13 +42,16 @@ impl MuxError {
                 ErrorClass::Timeout
             }
             MuxError::NoOutcome => ErrorClass::Protocol,
-            MuxError::Diverged { .. } => ErrorClass::Unavailable,
+            MuxError::Diverged { .. } | MuxError::Unrecoverable(_) => ErrorClass::Unavailable,
         }
     }
 
     /// Is this the failing route's fault (held against its health)?
     pub fn blames_route(&self) -> bool {
-        !matches!(self, MuxError::Deadline | MuxError::StreamCap)
+        !matches!(
+            self,
+            MuxError::Deadline | MuxError::StreamCap | MuxError::Unrecoverable(_)
+        )
     }
 
     pub fn blame(&self) -> Blame {
@@ -63,6 +70,7 @@ impl MuxError {
             MuxError::StreamCap => "stream_cap",
             MuxError::NoOutcome => "no_outcome",
             MuxError::Diverged { .. } => "diverged",
+            MuxError::Unrecoverable(_) => "unrecoverable",
         }
     }
 }

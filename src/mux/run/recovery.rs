@@ -8,7 +8,7 @@ use crate::mux::attempt::{Attempt, AttemptEvent};
 use crate::mux::seam::Seam;
 use crate::mux::{midstream, MuxError};
 use crate::router::Counter;
-use crate::types::{FinishReason, MidStreamPolicy, StreamEvent, Usage};
+use crate::types::{ErrorEvent, FinishReason, MidStreamPolicy, StreamEvent, Usage};
 
 impl Run {
     /// The recovering state: start the policy's attempt and say what the client sees of it.
@@ -28,14 +28,16 @@ impl Run {
                 State::Streaming(self.streaming(attempt, first, seam))
             }
             Recovery::Continue { from, attempt, first } => {
-                if self.ctx.dialect.can_reset() {
-                    out.push(StreamEvent::RouteSwitch {
-                        from,
-                        to: attempt.route.to_string(),
-                    });
-                }
+                // Said once the seam lets the continuation's first text through: one that
+                // cannot be told from a restart becomes a `reset`, with no switch before it.
+                let switch = StreamEvent::RouteSwitch {
+                    from,
+                    to: attempt.route.to_string(),
+                };
                 let seam = self.continuation_seam(&attempt.route);
-                State::Streaming(self.streaming(attempt, first, seam))
+                let mut streaming = self.streaming(attempt, first, seam);
+                streaming.switch = Some(switch);
+                State::Streaming(streaming)
             }
             Recovery::Done(reason) => {
                 self.finish(reason, out);
@@ -67,8 +69,7 @@ impl Run {
         self.carried = 0;
         let limit = self.mux.config.limits.max_midstream_recoveries;
         if self.recoveries >= limit {
-            self.env.policy = Some(MidStreamPolicy::Truncate);
-            return Recovery::Truncate;
+            return self.unrecoverable_because("its mid-stream recoveries are spent (limits.max_midstream_recoveries)");
         }
         self.recoveries += 1;
         if self.transcript.tool_calls > 0 {
@@ -94,13 +95,12 @@ impl Run {
         let policy = midstream::choose(pair, self.rtype, &self.transcript, prefill_route);
         self.env.policy = Some(policy);
         match policy {
-            MidStreamPolicy::Truncate => Recovery::Truncate,
+            MidStreamPolicy::Truncate => {
+                self.unrecoverable_because("it is too long to continue or compare with a new answer")
+            }
             MidStreamPolicy::Restart => match self.first_token(false, None).await {
                 Ok((attempt, first)) => self.restarted(failed_mid_stream(failed_route, &attempt), attempt, first),
-                Err(_) => {
-                    self.env.policy = Some(MidStreamPolicy::Truncate);
-                    Recovery::Truncate
-                }
+                Err(e) => self.unrecoverable(e),
             },
             MidStreamPolicy::Continue => {
                 let partial = self.transcript.text.clone();
@@ -118,14 +118,11 @@ impl Run {
                     return Recovery::Done(FinishReason::Length);
                 }
                 match self.first_token(false, Some(&partial)).await {
-                    Ok((attempt, first)) => {
-                        self.env.route_switches += 1;
-                        Recovery::Continue {
-                            from: failed_route.to_string(),
-                            attempt,
-                            first,
-                        }
-                    }
+                    Ok((attempt, first)) => Recovery::Continue {
+                        from: failed_route.to_string(),
+                        attempt,
+                        first,
+                    },
                     // No route could continue: the type's fallback, if it is a restart.
                     Err(_) if pair.1 == MidStreamPolicy::Restart => {
                         self.carried = 0;
@@ -134,16 +131,10 @@ impl Run {
                             Ok((attempt, first)) => {
                                 self.restarted(failed_mid_stream(failed_route, &attempt), attempt, first)
                             }
-                            Err(_) => {
-                                self.env.policy = Some(MidStreamPolicy::Truncate);
-                                Recovery::Truncate
-                            }
+                            Err(e) => self.unrecoverable(e),
                         }
                     }
-                    Err(_) => {
-                        self.env.policy = Some(MidStreamPolicy::Truncate);
-                        Recovery::Truncate
-                    }
+                    Err(e) => self.unrecoverable(e),
                 }
             }
         }
@@ -160,8 +151,7 @@ impl Run {
         self.carried = 0;
         self.routes.set(&route, super::routes::RouteState::PrefillRefused);
         if self.mux.config.policies.for_type(self.rtype).1 != MidStreamPolicy::Restart {
-            self.env.policy = Some(MidStreamPolicy::Truncate);
-            return Recovery::Truncate;
+            return self.unrecoverable_because("its continuation could not be verified and its type does not restart");
         }
         self.env.policy = Some(MidStreamPolicy::Restart);
         match self.first_token(false, None).await {
@@ -172,11 +162,28 @@ impl Run {
                 );
                 self.restarted(reason, attempt, first)
             }
-            Err(_) => {
-                self.env.policy = Some(MidStreamPolicy::Truncate);
-                Recovery::Truncate
-            }
+            Err(e) => self.unrecoverable(e),
         }
+    }
+
+    /// No policy of the answer's type can carry it on: no route could take it (`error`, that
+    /// of the last try). A type with truncate among its policies (voice, and tool and
+    /// structured output by default) ends truncated, keeping what the client holds; any other
+    /// (prose by default) ends with that honest error, its envelope naming the last policy
+    /// tried, never claiming a truncate policy it does not have.
+    fn unrecoverable(&mut self, error: ErrorEvent) -> Recovery {
+        let (first, fallback) = self.mux.config.policies.for_type(self.rtype);
+        if first == MidStreamPolicy::Truncate || fallback == MidStreamPolicy::Truncate {
+            self.env.policy = Some(MidStreamPolicy::Truncate);
+            return Recovery::Truncate;
+        }
+        Recovery::Fail(Box::new(error))
+    }
+
+    /// As `unrecoverable`, for a reason that is no route's failure.
+    fn unrecoverable_because(&mut self, why: &'static str) -> Recovery {
+        let error = self.error_event(&MuxError::Unrecoverable(why).into());
+        self.unrecoverable(error)
     }
 
     /// The output tokens of `text`, the answer the client holds, by the tokenizer of the

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
 use super::Run;
 use crate::telemetry::handles::COMPLETED;
 use crate::telemetry::rotation as rt;
@@ -12,19 +14,20 @@ use crate::types::RouteChange;
 /// The request's moves between routes.
 #[derive(Debug, Default)]
 pub(super) struct Moves {
-    /// Routes that failed and that the request has not moved away from yet.
-    pending: Vec<Arc<str>>,
+    /// Routes that failed and that the request has not moved away from yet, with when their
+    /// failed attempt started.
+    pending: Vec<(Arc<str>, Instant)>,
     /// `env.route_changes` positions whose new attempt has not ended yet.
     open: Vec<usize>,
 }
 
 impl Run {
-    /// An attempt on `route` failed: the next route started moves away from it, and a move
-    /// to `route` ended badly.
-    pub(super) fn moved_route_failed(&mut self, route: &Arc<str>) {
+    /// An attempt on `route`, started at `started`, failed: the next route started moves away
+    /// from it, and a move to `route` ended badly.
+    pub(super) fn moved_route_failed(&mut self, route: &Arc<str>, started: Instant) {
         self.resolve_moves(route, "failed");
-        if !self.moves.pending.contains(route) {
-            self.moves.pending.push(Arc::clone(route));
+        if !self.moves.pending.iter().any(|(r, _)| r == route) {
+            self.moves.pending.push((Arc::clone(route), started));
         }
     }
 
@@ -36,7 +39,7 @@ impl Run {
         } else {
             "recovery"
         };
-        for from in std::mem::take(&mut self.moves.pending) {
+        for (from, _) in std::mem::take(&mut self.moves.pending) {
             let Some(layer) = self.mux.config.switch_layer(&self.req.model, &from, to) else {
                 continue;
             };
@@ -50,9 +53,12 @@ impl Run {
         }
     }
 
-    /// `winner` committed: moves to it were served, moves to the losers were cancelled, and a
-    /// failed route still pending (a hedge won after its primary failed) moved to the winner.
-    pub(super) fn moves_committed(&mut self, winner: &str) {
+    /// `winner`, whose attempt started at `started`, committed: moves to it were served, moves
+    /// to the losers were cancelled, and a failed route still pending that started before it
+    /// (a hedge won after its primary failed) moved to the winner. One that started after it
+    /// (a hedge that failed while its primary went on) was never left: the request stayed.
+    pub(super) fn moves_committed(&mut self, winner: &str, started: Instant) {
+        self.moves.pending.retain(|(_, failed)| *failed < started);
         self.moving_to(winner);
         self.resolve_moves(winner, "served");
         for i in std::mem::take(&mut self.moves.open) {

@@ -33,6 +33,9 @@ pub(super) struct Streaming {
     /// the client's: it is added to `last_token`, so it neither trips the stall limit nor
     /// enters the route's inter-token gaps.
     handed_on: Option<Instant>,
+    /// A continuation's `route_switch`, until its first text passes the seam: it is then
+    /// counted, and sent to a client that can be told. Dropped if the continuation starts over.
+    pub switch: Option<StreamEvent>,
     /// Computed once per attempt: it reads the route's gap histogram.
     stall: Duration,
     /// The stall and cap timers, kept for the attempt's life and moved forward at each
@@ -71,6 +74,7 @@ impl Run {
             pending: Some(first),
             last_token,
             handed_on: None,
+            switch: None,
         }
     }
 
@@ -109,7 +113,7 @@ impl Run {
             // Whatever the seam still holds is settled before a tool call or the end.
             let (held, verdict) = s.seam.finish();
             self.seam_verdict(verdict);
-            match self.joined(held, &s.cur, out) {
+            match self.joined(held, &s.cur, &mut s.switch, out) {
                 Joined::StartOver => return State::Recovering(Recovering::StartOver(s.cur)),
                 Joined::Events if ended(out) => return State::Finished,
                 Joined::Events => {}
@@ -126,7 +130,7 @@ impl Run {
                 s.last_token = now;
                 let (joined, verdict) = s.seam.feed_owned(text);
                 self.seam_verdict(verdict);
-                match self.joined(joined, &s.cur, out) {
+                match self.joined(joined, &s.cur, &mut s.switch, out) {
                     Joined::StartOver => return State::Recovering(Recovering::StartOver(s.cur)),
                     Joined::Events if ended(out) => return State::Finished,
                     Joined::Events => {}
@@ -147,6 +151,8 @@ impl Run {
             }
             AttemptEvent::Usage(u) => self.usage = Some(self.whole_answer(u)),
             AttemptEvent::Finished(reason) => {
+                // A continuation that only ended the answer still carried it.
+                self.switched(&mut s.switch, out);
                 s.cur.resolve(Ok(()));
                 self.repair_completed(&s.cur.route);
                 self.remember(&s.cur.route, reason);
@@ -218,9 +224,17 @@ impl Run {
     /// Turns what the seam let through into events for the client: text, or, when the new
     /// attempt turned out to be a different answer, a reset and that answer (clients that can
     /// be told) or an honest error (the SDK dialects).
-    fn joined(&mut self, joined: SeamOut, cur: &Attempt, out: &mut Vec<StreamEvent>) -> Joined {
+    /// A continuation's pending `switch` goes first, with its first text.
+    fn joined(
+        &mut self,
+        joined: SeamOut,
+        cur: &Attempt,
+        switch: &mut Option<StreamEvent>,
+        out: &mut Vec<StreamEvent>,
+    ) -> Joined {
         match joined {
             SeamOut::Emit(s) if !s.is_empty() => {
+                self.switched(switch, out);
                 self.transcript.push_text(&s);
                 out.push(StreamEvent::TextDelta(s));
             }
@@ -240,6 +254,17 @@ impl Run {
             SeamOut::StartOver => return Joined::StartOver,
         }
         Joined::Events
+    }
+
+    /// A continuation carries the answer on: count its pending switch, and say it to a client
+    /// that can be told.
+    fn switched(&mut self, switch: &mut Option<StreamEvent>, out: &mut Vec<StreamEvent>) {
+        if let Some(switch) = switch.take() {
+            self.env.route_switches += 1;
+            if self.ctx.dialect.can_reset() {
+                out.push(switch);
+            }
+        }
     }
 
     fn seam_verdict(&mut self, verdict: Option<SeamVerdict>) {
