@@ -265,6 +265,22 @@ async fn a_hedge_that_fails_while_its_primary_goes_on_is_no_route_change() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_hedge_started_with_its_primary_that_wins_after_the_primary_failed_is_a_route_change() {
+    // A zero hedge delay on paused time: a and its hedge b start at the same instant. a dies at
+    // 500 ms, b serves at 2 s: the request moved from a to b (launch order decides, not time).
+    let toml = config_toml(&[("a", "openai", "dies-early"), ("b", "openai", "medium")], SCENARIOS)
+        + "[hedge]\nfloor_ms = 0\ndefault_delay_ms = 0\n";
+    let server = start(&toml).await;
+    let reply = post_sse(&server.url(""), &chat_body(true), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.text(), "medium answer");
+    let env = reply.envelope();
+    assert_eq!(env["route"], "b", "{env}");
+    assert_eq!(env["route_changes"][0]["from"], "a", "{env}");
+    assert_eq!(env["route_changes"][0]["to"], "b", "{env}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn budget_caps_hedges() {
     // Both routes slower than the ceiling: every request wants a hedge, whichever route the
     // ranking makes primary; only the budget says no.

@@ -256,6 +256,11 @@ async fn prose_whose_only_route_keeps_dying_ends_with_an_error_not_a_truncate_it
         "{end}"
     );
     assert!(!native_text(&events).is_empty(), "the partial text was sent first");
+    assert_eq!(
+        count(&events, "route_switch"),
+        0,
+        "a continuation on the same route is no switch"
+    );
 
     let reply = post_sse(&server.url(""), &chat_body(true), &headers()).await;
     let last = reply.chunks().last().cloned().unwrap_or_default();

@@ -266,11 +266,12 @@ impl Breaker {
 
     /// Opens the breaker now for the current cool-down or `at_least`, whichever is longer (a
     /// drill with a duration): one opening, so what a refusal says is left is the real time.
-    pub fn force_open_for(&mut self, now: Instant, at_least: Duration, reason: &str) {
+    /// Returns when it may take traffic again.
+    pub fn force_open_for(&mut self, now: Instant, at_least: Duration, reason: &str) -> Instant {
         self.open(now, reason.to_string());
-        if let Phase::Open { until } = &mut self.phase {
-            *until = (*until).max(now + at_least);
-        }
+        let end = (now + self.cooldown).max(now + at_least);
+        self.phase = Phase::Open { until: end };
+        end
     }
 
     /// The state as seen at `now`: an open breaker whose cool-down has passed is half-open.

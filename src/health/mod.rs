@@ -357,19 +357,15 @@ impl Health {
 
     /// Opens a route's breaker on purpose for one cool-down (drills).
     pub fn force_open(&self, name: &str, now: Instant) -> bool {
-        self.force_open_for(name, now, Duration::ZERO)
+        self.force_open_for(name, now, Duration::ZERO).is_some()
     }
 
     /// Opens a route's breaker on purpose for one cool-down or `at_least`, the longer (a
-    /// drill with a duration). False for an unknown route.
-    pub fn force_open_for(&self, name: &str, now: Instant, at_least: Duration) -> bool {
-        match self.route(name) {
-            Some(r) => {
-                r.state.lock().breaker.force_open_for(now, at_least, "drill");
-                true
-            }
-            None => false,
-        }
+    /// drill with a duration). Returns when the breaker may take traffic again (a 429's
+    /// cool-down on the route runs apart from it); `None` for an unknown route.
+    pub fn force_open_for(&self, name: &str, now: Instant, at_least: Duration) -> Option<Instant> {
+        self.route(name)
+            .map(|r| r.state.lock().breaker.force_open_for(now, at_least, "drill"))
     }
 }
 

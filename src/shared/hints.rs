@@ -24,7 +24,7 @@ use crate::health::{Health, HintKind};
 /// `tailcut_health_hints_total{direction, kind}`: hints sent to and received from peers.
 pub const HEALTH_HINTS_TOTAL: &str = "tailcut_health_hints_total";
 
-/// A hint is sent again only when its end moves later by more than this.
+/// A hint is sent again only when its end moves by more than this.
 const RESEND_SLACK: Duration = Duration::from_millis(100);
 
 /// A hint as stored in Redis.
@@ -71,10 +71,12 @@ impl Hints {
         let now = Instant::now();
         self.sent.retain(|_, until| *until > now);
         for outage in health.outages(now) {
+            // Sent again when its end moved either way: later (a longer outage), or earlier (a
+            // long drill replaced by a short one), else peers would keep the old end.
             if self
                 .sent
                 .get(&outage.route)
-                .is_some_and(|sent| outage.until <= *sent + RESEND_SLACK)
+                .is_some_and(|sent| outage.until <= *sent + RESEND_SLACK && *sent <= outage.until + RESEND_SLACK)
             {
                 continue;
             }
@@ -215,6 +217,30 @@ mod tests {
         assert!(
             ttl.starts_with(':') && !ttl.starts_with(":-"),
             "the hint key expires: {ttl}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hint_whose_outage_is_cut_short_is_sent_again_with_the_shorter_life() {
+        let server = RedisServer::start();
+        let s1 = shared(&server, "i-1");
+        let h1 = health();
+        let mut one = Hints::default();
+        let long = Duration::from_secs(600);
+        assert!(h1.force_open_for("eu-a", Instant::now(), long).is_some());
+        one.publish(&s1, &h1).await;
+        let pttl = |server: &RedisServer| -> i64 {
+            let reply = server.command("PTTL tailcut:{hints}:eu-a");
+            reply.trim().trim_start_matches(':').parse().unwrap_or(-1)
+        };
+        assert!(pttl(&server) > 500_000, "the long drill's hint");
+        // A 3 s drill replaces it: peers must not keep the 600 s end.
+        h1.force_open_for("eu-a", Instant::now(), Duration::from_secs(3));
+        one.publish(&s1, &h1).await;
+        let ttl = pttl(&server);
+        assert!(
+            (1..=3_000).contains(&ttl),
+            "the hint now ends with the short drill: {ttl} ms"
         );
     }
 

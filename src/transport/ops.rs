@@ -146,9 +146,7 @@ async fn drill(
         Err(rejection) => return bad_request(format!("drill: {} (the only key is ms)", rejection.body_text())),
     };
     let now = Instant::now();
-    let breaker = &state.config.breaker;
-    let min_open = breaker.cooldown.min(breaker.max_cooldown).max(Duration::from_millis(1));
-    match memory.start_drill(state.gateway.health(), &name, requested, min_open, now) {
+    match memory.start_drill(state.gateway.health(), &name, requested, now) {
         Some(open_for) => {
             tracing::warn!(route = %name, open_ms = millis(open_for), "breaker opened by drill");
             Json(json!({
@@ -347,13 +345,13 @@ mod tests {
         let memory = OpsMemory::default();
         let now = Instant::now();
         let cooldown = Duration::from_millis(1000);
-        assert_eq!(memory.start_drill(&health, &name, None, cooldown, now), Some(cooldown));
+        assert_eq!(memory.start_drill(&health, &name, None, now), Some(cooldown));
         assert_eq!(
             memory.drill_left(&name, now),
             Some(cooldown),
             "it says how long is left"
         );
-        assert_eq!(memory.start_drill(&health, "nowhere", None, cooldown, now), None);
+        assert_eq!(memory.start_drill(&health, "nowhere", None, now), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -361,8 +359,7 @@ mod tests {
         let (health, name) = health();
         let memory = OpsMemory::default();
         let t0 = Instant::now();
-        let cooldown = Duration::from_millis(1000);
-        let open_for = memory.start_drill(&health, &name, Some(Duration::from_secs(10)), cooldown, t0);
+        let open_for = memory.start_drill(&health, &name, Some(Duration::from_secs(10)), t0);
         assert_eq!(open_for, Some(Duration::from_secs(10)));
         for step in 1..=99 {
             tokio::time::advance(Duration::from_millis(100)).await;
@@ -389,12 +386,36 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_drill_on_a_route_cooling_after_a_429_keeps_its_duration() {
+        let (health, name) = health();
+        let memory = OpsMemory::default();
+        let t0 = Instant::now();
+        let permit = health
+            .acquire(&name, t0, crate::types::Priority::default())
+            .expect("a closed route admits");
+        permit.failure(
+            t0,
+            crate::provider::ErrorClass::RateLimited,
+            Some(Duration::from_secs(5)),
+        );
+        let open_for = memory.start_drill(&health, &name, Some(Duration::from_secs(60)), t0);
+        assert_eq!(
+            open_for,
+            Some(Duration::from_secs(60)),
+            "the drill's own length, not the cooling's"
+        );
+        assert_eq!(
+            memory.drill_left(&name, t0 + Duration::from_secs(30)),
+            Some(Duration::from_secs(30))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_new_drill_replaces_the_running_one() {
         let (health, name) = health();
         let memory = OpsMemory::default();
-        let cooldown = Duration::from_millis(1000);
-        memory.start_drill(&health, &name, Some(Duration::from_secs(60)), cooldown, Instant::now());
-        memory.start_drill(&health, &name, Some(Duration::from_secs(3)), cooldown, Instant::now());
+        memory.start_drill(&health, &name, Some(Duration::from_secs(60)), Instant::now());
+        memory.start_drill(&health, &name, Some(Duration::from_secs(3)), Instant::now());
         tokio::time::advance(Duration::from_millis(4600)).await;
         assert_eq!(
             open_until(&health, &name, Instant::now()),

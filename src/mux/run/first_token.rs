@@ -272,7 +272,7 @@ impl Run {
             let recorded = self.mux.leases.lock().record(session, &winner.route, now);
             self.env.lease = crate::health::lease::envelope_lease(self.plan.lease.as_ref(), recorded);
         }
-        self.moves_committed(&winner.route, winner.started);
+        self.moves_committed(&winner.route);
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());
         // Shadows are for any request a second upstream may safely see.

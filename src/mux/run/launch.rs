@@ -185,7 +185,7 @@ impl Run {
         if matches!(role, Role::Failover | Role::Recovery) {
             self.moving_to(route);
         }
-        Ok(Attempt::start(
+        let attempt = Attempt::start(
             Arc::from(route),
             model,
             role,
@@ -193,7 +193,9 @@ impl Run {
             upstream,
             &self.gates,
             Some(permit),
-        ))
+        );
+        self.launched(&attempt.route, self.attempts);
+        Ok(attempt)
     }
 
     /// Budgets for one more attempt on `route`. A first choice is the base the others are

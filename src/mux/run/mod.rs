@@ -102,7 +102,6 @@ enum Recovery {
         reset: Option<String>,
     },
     Continue {
-        from: String,
         attempt: Attempt,
         first: AttemptEvent,
     },
@@ -150,6 +149,9 @@ struct Run {
     retried: std::collections::HashSet<String>,
     /// Moves between routes within this request (`rotation`).
     moves: rotation::Moves,
+    /// The route whose text the client received last: what a continuation's `route_switch`
+    /// says the answer moved from.
+    voiced: Option<Arc<str>>,
     /// The repair attempt, once it was used (`repair`).
     repair: repair::RepairState,
     /// The request's quality gates, compiled once for all its attempts.
@@ -193,6 +195,7 @@ impl Run {
             retry_hints: Vec::new(),
             retried: Default::default(),
             moves: Default::default(),
+            voiced: None,
             repair: Default::default(),
             gates,
             plan,

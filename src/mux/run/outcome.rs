@@ -26,7 +26,7 @@ impl Run {
         attempt.resolve(Err(err));
         let rejected = attempt.take_rejected();
         self.repair.note(&attempt.route, rejected);
-        self.moved_route_failed(&attempt.route, attempt.started);
+        self.moved_route_failed(&attempt.route);
         metrics::counter!(t::UPSTREAM_ERRORS_TOTAL, "route" => attempt.route.to_string(), "class" => err.metric_label()).increment(1);
         match err.class {
             ErrorClass::Auth => {

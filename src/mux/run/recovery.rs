@@ -7,6 +7,7 @@ use super::{Recovering, Recovery, Run, State};
 use crate::mux::attempt::{Attempt, AttemptEvent};
 use crate::mux::seam::Seam;
 use crate::mux::{midstream, MuxError};
+use crate::provider::ErrorClass;
 use crate::router::Counter;
 use crate::types::{ErrorEvent, FinishReason, MidStreamPolicy, StreamEvent, Usage};
 
@@ -27,16 +28,12 @@ impl Run {
                 };
                 State::Streaming(self.streaming(attempt, first, seam))
             }
-            Recovery::Continue { from, attempt, first } => {
-                // Said once the seam lets the continuation's first text through: one that
-                // cannot be told from a restart becomes a `reset`, with no switch before it.
-                let switch = StreamEvent::RouteSwitch {
-                    from,
-                    to: attempt.route.to_string(),
-                };
+            Recovery::Continue { attempt, first } => {
+                // The `route_switch` is said once the seam lets the continuation's first text
+                // through: one that cannot be told from a restart becomes a `reset` alone.
                 let seam = self.continuation_seam(&attempt.route);
                 let mut streaming = self.streaming(attempt, first, seam);
-                streaming.switch = Some(switch);
+                streaming.switch = true;
                 State::Streaming(streaming)
             }
             Recovery::Done(reason) => {
@@ -93,7 +90,10 @@ impl Run {
             || (!self.routes.any_untried(|_| true) && self.can_continue(failed_route));
         let pair = self.mux.config.policies.for_type(self.rtype);
         let policy = midstream::choose(pair, self.rtype, &self.transcript, prefill_route);
-        self.env.policy = Some(policy);
+        if policy != MidStreamPolicy::Truncate {
+            // Truncate is the envelope's policy only if the type has it (`unrecoverable`).
+            self.env.policy = Some(policy);
+        }
         match policy {
             MidStreamPolicy::Truncate => {
                 self.unrecoverable_because("it is too long to continue or compare with a new answer")
@@ -118,11 +118,7 @@ impl Run {
                     return Recovery::Done(FinishReason::Length);
                 }
                 match self.first_token(false, Some(&partial)).await {
-                    Ok((attempt, first)) => Recovery::Continue {
-                        from: failed_route.to_string(),
-                        attempt,
-                        first,
-                    },
+                    Ok((attempt, first)) => Recovery::Continue { attempt, first },
                     // No route could continue: the type's fallback, if it is a restart.
                     Err(_) if pair.1 == MidStreamPolicy::Restart => {
                         self.carried = 0;
@@ -171,11 +167,22 @@ impl Run {
     /// structured output by default) ends truncated, keeping what the client holds; any other
     /// (prose by default) ends with that honest error, its envelope naming the last policy
     /// tried, never claiming a truncate policy it does not have.
-    fn unrecoverable(&mut self, error: ErrorEvent) -> Recovery {
+    /// Its class is `unavailable` whatever the last try's was: part of the answer was served,
+    /// so it is neither the request's fault (a 400 on the restart) nor a plain rate limit;
+    /// its retry hint, if any, is kept.
+    fn unrecoverable(&mut self, mut error: ErrorEvent) -> Recovery {
         let (first, fallback) = self.mux.config.policies.for_type(self.rtype);
         if first == MidStreamPolicy::Truncate || fallback == MidStreamPolicy::Truncate {
             self.env.policy = Some(MidStreamPolicy::Truncate);
             return Recovery::Truncate;
+        }
+        if error.class != ErrorClass::Unavailable {
+            error.message = format!(
+                "the answer broke mid-stream and could not be carried on: {}",
+                error.message
+            );
+            error.class = ErrorClass::Unavailable;
+            error.status = ErrorClass::Unavailable.http_status();
         }
         Recovery::Fail(Box::new(error))
     }

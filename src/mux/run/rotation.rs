@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use super::Run;
 use crate::telemetry::handles::COMPLETED;
 use crate::telemetry::rotation as rt;
@@ -14,21 +12,39 @@ use crate::types::RouteChange;
 /// The request's moves between routes.
 #[derive(Debug, Default)]
 pub(super) struct Moves {
-    /// Routes that failed and that the request has not moved away from yet, with when their
-    /// failed attempt started.
-    pending: Vec<(Arc<str>, Instant)>,
+    /// Routes that failed and that the request has not moved away from yet, with the place
+    /// in the launch order (`Attempt::seq`) of the route's first attempt.
+    pending: Vec<(Arc<str>, u32)>,
+    /// Each route tried and its first attempt's place in the launch order (a handful).
+    first_launch: Vec<(Arc<str>, u32)>,
     /// `env.route_changes` positions whose new attempt has not ended yet.
     open: Vec<usize>,
 }
 
 impl Run {
-    /// An attempt on `route`, started at `started`, failed: the next route started moves away
-    /// from it, and a move to `route` ended badly.
-    pub(super) fn moved_route_failed(&mut self, route: &Arc<str>, started: Instant) {
+    /// An attempt on `route` was launched `seq`-th.
+    pub(super) fn launched(&mut self, route: &Arc<str>, seq: u32) {
+        if !self.moves.first_launch.iter().any(|(r, _)| r == route) {
+            self.moves.first_launch.push((Arc::clone(route), seq));
+        }
+    }
+
+    /// An attempt on `route` failed: the next route started moves away from it, and a move
+    /// to `route` ended badly.
+    pub(super) fn moved_route_failed(&mut self, route: &Arc<str>) {
         self.resolve_moves(route, "failed");
         if !self.moves.pending.iter().any(|(r, _)| r == route) {
-            self.moves.pending.push((Arc::clone(route), started));
+            let first = self.first_launch(route);
+            self.moves.pending.push((Arc::clone(route), first));
         }
+    }
+
+    fn first_launch(&self, route: &str) -> u32 {
+        self.moves
+            .first_launch
+            .iter()
+            .find(|(r, _)| &**r == route)
+            .map_or(0, |(_, seq)| *seq)
     }
 
     /// An attempt starts on `to` after failures: one route change per failed route left
@@ -53,12 +69,15 @@ impl Run {
         }
     }
 
-    /// `winner`, whose attempt started at `started`, committed: moves to it were served, moves
-    /// to the losers were cancelled, and a failed route still pending that started before it
-    /// (a hedge won after its primary failed) moved to the winner. One that started after it
-    /// (a hedge that failed while its primary went on) was never left: the request stayed.
-    pub(super) fn moves_committed(&mut self, winner: &str, started: Instant) {
-        self.moves.pending.retain(|(_, failed)| *failed < started);
+    /// `winner` committed: moves to it were served, moves to the losers were cancelled, and a
+    /// failed route still pending that was first tried before the winner (a hedge won after
+    /// its primary failed, even if the primary was retried meanwhile) moved to the winner. One
+    /// first tried after it (a hedge that failed while its primary went on) was never left:
+    /// the request stayed. Launch order decides, not time: a zero hedge delay starts both at
+    /// once.
+    pub(super) fn moves_committed(&mut self, winner: &str) {
+        let seq = self.first_launch(winner);
+        self.moves.pending.retain(|(_, failed)| *failed < seq);
         self.moving_to(winner);
         self.resolve_moves(winner, "served");
         for i in std::mem::take(&mut self.moves.open) {

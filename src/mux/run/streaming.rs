@@ -33,9 +33,9 @@ pub(super) struct Streaming {
     /// the client's: it is added to `last_token`, so it neither trips the stall limit nor
     /// enters the route's inter-token gaps.
     handed_on: Option<Instant>,
-    /// A continuation's `route_switch`, until its first text passes the seam: it is then
-    /// counted, and sent to a client that can be told. Dropped if the continuation starts over.
-    pub switch: Option<StreamEvent>,
+    /// A continuation's `route_switch` is due: said with its first text past the seam (then
+    /// counted, and sent to a client that can be told); dropped if it starts over.
+    pub switch: bool,
     /// Computed once per attempt: it reads the route's gap histogram.
     stall: Duration,
     /// The stall and cap timers, kept for the attempt's life and moved forward at each
@@ -74,7 +74,7 @@ impl Run {
             pending: Some(first),
             last_token,
             handed_on: None,
-            switch: None,
+            switch: false,
         }
     }
 
@@ -138,10 +138,12 @@ impl Run {
             }
             AttemptEvent::ToolStarted => {
                 s.last_token = Instant::now();
+                self.voiced(&s.cur, &mut s.switch, out);
                 self.transcript.tool_open = true;
             }
             AttemptEvent::ToolCall(call) => {
                 s.last_token = Instant::now();
+                self.voiced(&s.cur, &mut s.switch, out);
                 self.transcript.tool_calls += 1;
                 self.transcript.tool_open = false;
                 if self.mux.config.cache.enabled {
@@ -152,7 +154,7 @@ impl Run {
             AttemptEvent::Usage(u) => self.usage = Some(self.whole_answer(u)),
             AttemptEvent::Finished(reason) => {
                 // A continuation that only ended the answer still carried it.
-                self.switched(&mut s.switch, out);
+                self.voiced(&s.cur, &mut s.switch, out);
                 s.cur.resolve(Ok(()));
                 self.repair_completed(&s.cur.route);
                 self.remember(&s.cur.route, reason);
@@ -225,16 +227,10 @@ impl Run {
     /// attempt turned out to be a different answer, a reset and that answer (clients that can
     /// be told) or an honest error (the SDK dialects).
     /// A continuation's pending `switch` goes first, with its first text.
-    fn joined(
-        &mut self,
-        joined: SeamOut,
-        cur: &Attempt,
-        switch: &mut Option<StreamEvent>,
-        out: &mut Vec<StreamEvent>,
-    ) -> Joined {
+    fn joined(&mut self, joined: SeamOut, cur: &Attempt, switch: &mut bool, out: &mut Vec<StreamEvent>) -> Joined {
         match joined {
             SeamOut::Emit(s) if !s.is_empty() => {
-                self.switched(switch, out);
+                self.voiced(cur, switch, out);
                 self.transcript.push_text(&s);
                 out.push(StreamEvent::TextDelta(s));
             }
@@ -245,6 +241,8 @@ impl Run {
                 out.push(StreamEvent::Reset {
                     reason: format!("{} did not continue the answer; its new answer replaces it", cur.route),
                 });
+                *switch = false;
+                self.voiced(cur, switch, out);
                 if !replay.is_empty() {
                     self.transcript.push_text(&replay);
                     out.push(StreamEvent::TextDelta(replay));
@@ -256,13 +254,22 @@ impl Run {
         Joined::Events
     }
 
-    /// A continuation carries the answer on: count its pending switch, and say it to a client
-    /// that can be told.
-    fn switched(&mut self, switch: &mut Option<StreamEvent>, out: &mut Vec<StreamEvent>) {
-        if let Some(switch) = switch.take() {
+    /// `cur` hands the client something of the answer: it is now the route the client last
+    /// heard from. A continuation's due `switch` is counted and said (to a client that can be
+    /// told) when it moves the answer to another route; on the same route it is no switch.
+    fn voiced(&mut self, cur: &Attempt, switch: &mut bool, out: &mut Vec<StreamEvent>) {
+        let due = std::mem::take(switch);
+        if self.voiced.as_deref() == Some(&*cur.route) {
+            return;
+        }
+        let from = self.voiced.replace(Arc::clone(&cur.route));
+        if let (true, Some(from)) = (due, from) {
             self.env.route_switches += 1;
             if self.ctx.dialect.can_reset() {
-                out.push(switch);
+                out.push(StreamEvent::RouteSwitch {
+                    from: from.to_string(),
+                    to: cur.route.to_string(),
+                });
             }
         }
     }

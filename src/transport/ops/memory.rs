@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::millis;
-use crate::health::{Health, RouteSnapshot, Unavailable};
+use crate::health::{Health, RouteSnapshot};
 
 /// Something a read of `/admin/routes` saw, and when.
 #[derive(Debug, Clone)]
@@ -122,24 +122,16 @@ impl OpsMemory {
     /// Opens `name`'s breaker for `requested` (one cool-down when `None`, and never less),
     /// replacing a drill running on it. Returns how long it stays open, `None` for an unknown
     /// route. One opening that lasts the drill: a refusal's retry hint is the drill's end, and
-    /// the breaker turns half-open (probes) only then. `min_open` is what is said when the
-    /// breaker cannot be read back (never expected).
+    /// the breaker turns half-open (probes) only then.
     pub(super) fn start_drill(
         &self,
         health: &Arc<Health>,
         name: &str,
         requested: Option<Duration>,
-        min_open: Duration,
         now: Instant,
     ) -> Option<Duration> {
-        if !health.force_open_for(name, now, requested.unwrap_or_default()) {
-            return None;
-        }
-        let open_for = match health.availability(name, now) {
-            Err(Unavailable::BreakerOpen { until }) => until.saturating_duration_since(now),
-            _ => min_open,
-        };
-        let ends_at = now + open_for;
+        let ends_at = health.force_open_for(name, now, requested.unwrap_or_default())?;
+        let open_for = ends_at.saturating_duration_since(now);
         self.drills.lock().insert(name.to_string(), Drill { ends_at });
         Some(open_for)
     }
