@@ -8,7 +8,7 @@
 //! the last `message_delta` count wins. `message_stop` ends the stream; `stop_reason` alone
 //! is enough if the body ends after it. `event: error` is an in-band failure (T10).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -25,6 +25,9 @@ pub(crate) struct EventDecoder {
     usage: Option<Usage>,
     /// Indices of open `tool_use` blocks; other blocks' JSON deltas (server tools) are not ours.
     tool_blocks: BTreeSet<u32>,
+    /// A non-empty input a block's start carried, by index, until its first delta replaces
+    /// it (the deltas are the whole input) or its stop sends it (no delta came).
+    start_inputs: BTreeMap<u32, String>,
 }
 
 impl WireDecoder for EventDecoder {
@@ -78,6 +81,14 @@ impl EventDecoder {
             "content_block_delta" if self.finish.is_none() => self.on_block_delta(data, out)?,
             "content_block_stop" => {
                 if let Some(index) = data.index.filter(|i| self.tool_blocks.remove(i)) {
+                    if let Some(arguments) = self.start_inputs.remove(&index) {
+                        out.push(Delta::tool(ToolFragment {
+                            index,
+                            id: None,
+                            name: None,
+                            arguments,
+                        }));
+                    }
                     out.push(Delta::ToolEnd { index });
                 }
             }
@@ -113,6 +124,12 @@ impl EventDecoder {
                     .index
                     .ok_or_else(|| protocol("tool_use block without an index".to_string()))?;
                 self.tool_blocks.insert(index);
+                let given = block
+                    .input
+                    .filter(|v| !v.is_null() && v.as_object().is_none_or(|m| !m.is_empty()));
+                if let Some(input) = given {
+                    self.start_inputs.insert(index, input.to_string());
+                }
                 out.push(Delta::tool(ToolFragment {
                     index,
                     id: block.id.map(WireStr::into_string),
@@ -145,6 +162,7 @@ impl EventDecoder {
                     return Ok(()); // a server tool's input: executed upstream, not a call for the client
                 };
                 if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
+                    self.start_inputs.remove(&index);
                     out.push(Delta::tool(ToolFragment {
                         index,
                         id: None,
@@ -271,6 +289,48 @@ mod tests {
             Ok(Delta::Finish(FinishReason::ToolCalls)),
             usage(377, 65),
         ]
+    }
+
+    #[tokio::test]
+    async fn a_tool_input_given_whole_in_the_block_start_is_the_calls_arguments() {
+        let start = |input: &str| {
+            format!(
+                "event: content_block_start\ndata: {{\"index\":0,\"content_block\":{{\"type\":\"tool_use\",\"id\":\"toolu_I\",\"name\":\"get_weather\",\"input\":{input}}}}}\n\n"
+            )
+        };
+        let stop = concat!(
+            "event: content_block_stop\ndata: {\"index\":0}\n\n",
+            "event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"tool_use\"}}\n\n",
+            "event: message_stop\ndata: {}\n\n",
+        );
+        let first = Ok(Delta::tool(ToolFragment {
+            index: 0,
+            id: Some("toolu_I".into()),
+            name: Some("get_weather".into()),
+            arguments: String::new(),
+        }));
+        let end = [
+            Ok(Delta::ToolEnd { index: 0 }),
+            Ok(Delta::Finish(FinishReason::ToolCalls)),
+        ];
+        // No delta: the start's input is the call's (servers that send it whole).
+        let out = replay(&(start("{\"city\":\"Paris\"}") + stop)).await;
+        let mut expected = vec![first.clone(), fragment(0, "{\"city\":\"Paris\"}")];
+        expected.extend(end.clone());
+        assert_eq!(out, expected);
+        // Deltas after it are the whole input (Anthropic's API: the start says `{}`).
+        let delta = "event: content_block_delta\ndata: {\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"city\\\":\\\"Rome\\\"}\"}}\n\n";
+        for given in ["{}", "{\"city\":\"Paris\"}"] {
+            let out = replay(&(start(given) + delta + stop)).await;
+            let mut expected = vec![first.clone(), fragment(0, "{\"city\":\"Rome\"}")];
+            expected.extend(end.clone());
+            assert_eq!(out, expected, "start input {given}");
+        }
+        // `{}` and no delta: no arguments fragment (the assembler makes them `{}`).
+        let out = replay(&(start("{}") + stop)).await;
+        let mut expected = vec![first];
+        expected.extend(end);
+        assert_eq!(out, expected);
     }
 
     #[tokio::test]

@@ -95,6 +95,10 @@ pub struct ContentBlock<'a> {
     pub name: Option<WireStr<'a>>,
     #[serde(default, borrow)]
     pub text: Option<WireStr<'a>>,
+    /// A `tool_use` block's input as the start gives it: `{}` on Anthropic's API (the deltas
+    /// carry it), the whole input on servers that send no deltas.
+    #[serde(default)]
+    pub input: Option<Value>,
 }
 
 /// `content_block_delta.delta` and `message_delta.delta` share this shape.
