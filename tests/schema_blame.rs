@@ -149,3 +149,35 @@ async fn garbage_still_opens_the_breaker() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_block_closed_before_the_requests_max_tokens_cut_it_is_the_requests_error() {
+    // Anthropic closes a tool block at the limit (`content_block_stop`), then says
+    // `max_tokens`: the half-parsed arguments are the request's own cut, never the route's.
+    let cut = Script::Stream(vec![
+        Step::Wait(10),
+        Step::D(Delta::tool(ToolFragment {
+            index: 0,
+            id: Some("toolu_1".into()),
+            name: Some("weather".into()),
+            arguments: "{\"city\": \"Pa".into(),
+        })),
+        Step::D(Delta::ToolEnd { index: 0 }),
+        Step::D(Delta::Finish(FinishReason::Length)),
+    ]);
+    let (gw, seen) = gateway(&config(), vec![("a", cut)]);
+    for i in 0..3 {
+        let request = ChatRequest {
+            max_tokens: Some(50),
+            ..tool_request(weather())
+        };
+        let evs = collect(&gw, request, RequestCtx::new(Dialect::OpenAi)).await;
+        let Some(StreamEvent::Error(e)) = evs.last() else {
+            panic!("request {i} fails: {:?}", kinds(&evs))
+        };
+        assert_eq!(e.class, ErrorClass::BadRequest, "request {i}: {}", e.message);
+        assert!(e.message.contains("raise max_tokens"), "{}", e.message);
+    }
+    assert_eq!(seen.calls("a"), 3, "no repair, no retry: one call per request");
+    assert_eq!(breaker(&gw, "a"), "closed", "the route honoured the limit");
+}

@@ -164,7 +164,7 @@ impl Attempt {
             match outcome {
                 Ok(()) => permit.success(now),
                 Err(_) if self.spares_route => drop(permit),
-                Err(e) => permit.failure(now, e.class, e.retry_after),
+                Err(e) => permit.failure(now, e.class, e.retry_after, e.transport),
             }
         }
     }
@@ -176,6 +176,22 @@ fn rejected_calls(e: &AssemblerError, max_tokens: Option<u32>, assembler: &ToolC
         error: e.to_error(max_tokens),
         output: Rejected::ToolCalls(assembler.rejected_calls()),
         blames_route: e.blames_route(),
+    }
+}
+
+/// A call whose arguments did not parse, judged by the answer's finish `reason`: under
+/// `length` it was cut short (`Incomplete`, the request's own error when it set
+/// `max_tokens`), else it is what it is.
+fn cut_by(e: AssemblerError, reason: FinishReason) -> AssemblerError {
+    match e {
+        AssemblerError::InvalidJson { index, name, .. } if reason == FinishReason::Length => {
+            AssemblerError::Incomplete {
+                index,
+                name: Some(name),
+                reason,
+            }
+        }
+        e => e,
     }
 }
 
@@ -203,6 +219,10 @@ fn events(
             }
         };
         let mut finish: Option<FinishReason> = None;
+        // A call whose arguments did not parse when its block ended: judged by the finish
+        // reason that follows (Anthropic closes the block before saying `max_tokens`), so a
+        // call cut by the request's own limit is the request's error, not the route's.
+        let mut unparsed: Option<AssemblerError> = None;
         while let Some(item) = upstream.next().await {
             match item {
                 // A structured answer is held until it is judged at its end.
@@ -226,14 +246,24 @@ fn events(
                         return;
                     }
                 },
-                Ok(Delta::ToolEnd { index }) => {
-                    if let Err(e) = assembler.end(index) {
+                Ok(Delta::ToolEnd { index }) => match assembler.end(index) {
+                    Ok(()) => yield Emitted::Event(AttemptEvent::Progress),
+                    Err(e @ AssemblerError::InvalidJson { .. }) if unparsed.is_none() => {
+                        unparsed = Some(e);
+                        yield Emitted::Event(AttemptEvent::Progress);
+                    }
+                    Err(e) => {
                         yield rejected_calls(&e, max_tokens, &assembler);
                         return;
                     }
-                    yield Emitted::Event(AttemptEvent::Progress);
-                }
+                },
                 Ok(Delta::Usage(u)) => yield Emitted::Event(AttemptEvent::Usage(u)),
+                Ok(Delta::Finish(reason)) if unparsed.is_some() => {
+                    if let Some(e) = unparsed.take() {
+                        yield rejected_calls(&cut_by(e, reason), max_tokens, &assembler);
+                    }
+                    return;
+                }
                 Ok(Delta::Finish(reason)) => {
                     match assembler.finish(reason) {
                         Ok(calls) => {
@@ -267,6 +297,10 @@ fn events(
                     return;
                 }
             }
+        }
+        if let Some(e) = unparsed {
+            yield rejected_calls(&e, max_tokens, &assembler);
+            return;
         }
         match finish {
             Some(reason) => yield Emitted::Event(AttemptEvent::Finished(reason)),
