@@ -93,8 +93,9 @@ impl RoutePermit {
     }
 
     /// The attempt failed with `class`; `retry_after` is the upstream's wait hint (it sets a
-    /// rate-limited route's cool-down).
-    pub fn failure(mut self, now: Instant, class: ErrorClass, retry_after: Option<Duration>) {
+    /// rate-limited route's cool-down); `transport`: the connection failed, the upstream said
+    /// nothing (`ProviderError::transport`).
+    pub fn failure(mut self, now: Instant, class: ErrorClass, retry_after: Option<Duration>, transport: bool) {
         let route = &self.health.routes[self.idx];
         let counts = class.counts_against_route();
         let mut s = route.state.lock();
@@ -137,7 +138,11 @@ impl RoutePermit {
             }
             PermitKind::Attempt => {}
         }
-        if matches!(class, ErrorClass::RateLimited | ErrorClass::Unavailable) {
+        // The admission limit shrinks on what says "too much load": a 429, or an upstream
+        // that answered 5xx / 529 or an in-band overload. A broken connection (a reset
+        // mid-answer, a refused connect) says nothing of load; the breaker judges it.
+        let overload = class == ErrorClass::RateLimited || (class == ErrorClass::Unavailable && !transport);
+        if overload {
             s.admission.on_overload(now);
         }
         match class {
@@ -170,7 +175,7 @@ mod tests {
 
     /// Reports `err` the way the mux does.
     fn fail(permit: RoutePermit, now: Instant, err: &ProviderError) {
-        permit.failure(now, err.class, err.retry_after);
+        permit.failure(now, err.class, err.retry_after, err.transport);
     }
     use std::time::Duration;
 
@@ -205,6 +210,30 @@ mod tests {
 
     fn snapshot(h: &Health, now: Instant) -> crate::health::RouteSnapshot {
         h.snapshot(now, &config("")).remove(0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_connection_is_no_overload_signal_but_a_5xx_and_a_429_are() {
+        let now = Instant::now();
+        let h = health("consecutive_failures = 1000", now);
+        let limit = |h: &Health| snapshot(h, now).admission_limit;
+        let start = limit(&h);
+        let mut reset = dropped();
+        reset.transport = true;
+        for _ in 0..5 {
+            fail(admit(&h, now), now, &reset);
+        }
+        assert_eq!(limit(&h), start, "resets mid-answer leave the admission limit alone");
+        fail(admit(&h, now), now, &dropped().with_status(503));
+        let after_503 = limit(&h);
+        assert!(after_503 < start, "a 503 shrinks it: {start} -> {after_503}");
+        let later = now + Duration::from_secs(5);
+        fail(
+            admit(&h, later),
+            later,
+            &ProviderError::new(ErrorClass::RateLimited, "slow down"),
+        );
+        assert!(limit(&h) < after_503, "so does a 429");
     }
 
     /// Problem 1 of the review: 26 mid-stream drops left the breaker closed at 0% errors.

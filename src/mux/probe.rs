@@ -161,7 +161,7 @@ async fn probe(provider: SharedProvider, permit: RoutePermit, limit: Duration) -
             tracing::info!(route = %route, "probe answered: breaker closed");
         }
         Err(err) => {
-            permit.failure(now, err.class, err.retry_after);
+            permit.failure(now, err.class, err.retry_after, err.transport);
             metrics::counter!(PROBES_TOTAL, "route" => route.clone(), "result" => "failed").increment(1);
             if matches!(err.class, ErrorClass::Quota | ErrorClass::NotFound) {
                 metrics::counter!(crate::telemetry::CONFIG_ERRORS_TOTAL, "route" => route.clone(), "class" => err.metric_label())

@@ -335,7 +335,7 @@ mod tests {
             .expect("fresh route admits");
         let mut err = ProviderError::new(ErrorClass::RateLimited, "slow down");
         err.retry_after = Some(Duration::from_secs(2));
-        permit.failure(now, err.class, err.retry_after);
+        permit.failure(now, err.class, err.retry_after, err.transport);
         let plan = plan(&cfg, &health, &request("hi"), &RequestCtx::new(Dialect::Native), now).expect("plan");
         assert_eq!(routes(&plan).last(), Some(&"eu-a"), "cooling after a 429: tried last");
         assert_eq!(plan.ranking.last().map(|c| c.score.status), Some(RouteStatus::Cooling));

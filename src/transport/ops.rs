@@ -397,6 +397,7 @@ mod tests {
             t0,
             crate::provider::ErrorClass::RateLimited,
             Some(Duration::from_secs(5)),
+            false,
         );
         let open_for = memory.start_drill(&health, &name, Some(Duration::from_secs(60)), t0);
         assert_eq!(

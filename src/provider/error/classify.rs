@@ -148,7 +148,9 @@ fn transport_error(class: ErrorClass, what: &str, err: &(dyn std::error::Error +
         source = inner.source();
     }
     // A detail could quote what the upstream sent; redacted like any upstream text.
-    ProviderError::new(class, bound(&redact(&format!("{what}: {detail}")), MAX_DETAIL_CHARS))
+    let mut error = ProviderError::new(class, bound(&redact(&format!("{what}: {detail}")), MAX_DETAIL_CHARS));
+    error.transport = true;
+    error
 }
 
 /// Every error in `err`'s chain, `err` first, looking inside `io::Error`s too (whose

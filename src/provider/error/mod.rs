@@ -40,6 +40,9 @@ pub struct ProviderError {
     pub message: String,
     /// How long the upstream asked us to wait (Retry-After and friends).
     pub retry_after: Option<Duration>,
+    /// The connection failed (refused, reset, a body cut): the upstream said nothing, so it
+    /// is no overload signal, unlike a 5xx, a 529 or an in-band overload error.
+    pub transport: bool,
 }
 
 impl ProviderError {
@@ -60,6 +63,7 @@ impl ProviderError {
             status: None,
             message,
             retry_after: None,
+            transport: false,
         }
     }
 
