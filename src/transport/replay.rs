@@ -14,8 +14,12 @@ use tokio::sync::watch;
 
 use super::native::ServerMessage;
 
-/// Bookkeeping counted against `max_bytes` for each event besides its JSON.
-pub const EVENT_OVERHEAD: usize = std::mem::size_of::<Event>() + 16;
+/// Bookkeeping counted against `max_bytes` for each event besides its JSON: its slot in the
+/// log, the allocator's header on its JSON, and the shared header (with its own allocator
+/// header) that `Bytes` allocates at the first copy, a reader's or `push_event`'s. Not
+/// counted: the log's spare slots (a `VecDeque` grows by doubling: at most one more slot per
+/// held event).
+pub const EVENT_OVERHEAD: usize = std::mem::size_of::<Stored>() + 16 + 32;
 
 /// One retained event: the native message as the compact JSON `GET /v1/stream` sends (its
 /// `id` is the stream's request id), kept serialized because that is several times smaller

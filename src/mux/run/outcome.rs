@@ -229,7 +229,8 @@ impl Run {
 
     /// A completed answer: keep it for L3 when the cache is on.
     pub(super) fn remember(&mut self, route: &str, finish: FinishReason) {
-        if !self.mux.config.cache.enabled || self.env.level == Level::L3 {
+        if !self.mux.config.cache.enabled || self.env.level == Level::L3 || self.transcript.overflowed {
+            // An answer past the transcript's cap is not held whole: nothing to keep.
             return;
         }
         let answer = crate::mux::cache::CachedAnswer {

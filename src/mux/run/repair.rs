@@ -125,6 +125,7 @@ impl Run {
             || last.route != failed_route
             || !matches!(self.repair.stage, Stage::Unused)
             || self.side_effecting()
+            || self.transcript.overflowed
         {
             return None;
         }
