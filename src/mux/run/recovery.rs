@@ -7,9 +7,8 @@ use super::{Recovering, Recovery, Run, State};
 use crate::mux::attempt::{Attempt, AttemptEvent};
 use crate::mux::seam::Seam;
 use crate::mux::{midstream, MuxError};
-use crate::provider::ErrorClass;
 use crate::router::Counter;
-use crate::types::{ErrorEvent, FinishReason, MidStreamPolicy, StreamEvent, Usage};
+use crate::types::{ErrorClass, ErrorEvent, FinishReason, MidStreamPolicy, StreamEvent, Usage};
 
 impl Run {
     /// The recovering state: start the policy's attempt and say what the client sees of it.

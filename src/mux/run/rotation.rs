@@ -12,10 +12,10 @@ use crate::types::RouteChange;
 /// The request's moves between routes.
 #[derive(Debug, Default)]
 pub(super) struct Moves {
-    /// Routes that failed and that the request has not moved away from yet, with the place
-    /// in the launch order (`Attempt::seq`) of the route's first attempt.
-    pending: Vec<(Arc<str>, u32)>,
-    /// Each route tried and its first attempt's place in the launch order (a handful).
+    /// Routes that failed and that the request has not moved away from yet.
+    pending: Vec<Arc<str>>,
+    /// Each route tried and its first attempt's place in the request's launch order (a
+    /// handful).
     first_launch: Vec<(Arc<str>, u32)>,
     /// `env.route_changes` positions whose new attempt has not ended yet.
     open: Vec<usize>,
@@ -33,18 +33,9 @@ impl Run {
     /// to `route` ended badly.
     pub(super) fn moved_route_failed(&mut self, route: &Arc<str>) {
         self.resolve_moves(route, "failed");
-        if !self.moves.pending.iter().any(|(r, _)| r == route) {
-            let first = self.first_launch(route);
-            self.moves.pending.push((Arc::clone(route), first));
+        if !self.moves.pending.contains(route) {
+            self.moves.pending.push(Arc::clone(route));
         }
-    }
-
-    fn first_launch(&self, route: &str) -> u32 {
-        self.moves
-            .first_launch
-            .iter()
-            .find(|(r, _)| &**r == route)
-            .map_or(0, |(_, seq)| *seq)
     }
 
     /// An attempt starts on `to` after failures: one route change per failed route left
@@ -55,7 +46,7 @@ impl Run {
         } else {
             "recovery"
         };
-        for (from, _) in std::mem::take(&mut self.moves.pending) {
+        for from in std::mem::take(&mut self.moves.pending) {
             let Some(layer) = self.mux.config.switch_layer(&self.req.model, &from, to) else {
                 continue;
             };
@@ -76,8 +67,9 @@ impl Run {
     /// the request stayed. Launch order decides, not time: a zero hedge delay starts both at
     /// once.
     pub(super) fn moves_committed(&mut self, winner: &str) {
-        let seq = self.first_launch(winner);
-        self.moves.pending.retain(|(_, failed)| *failed < seq);
+        let launches = &self.moves.first_launch;
+        let seq = first_launch(launches, winner);
+        self.moves.pending.retain(|failed| first_launch(launches, failed) < seq);
         self.moving_to(winner);
         self.resolve_moves(winner, "served");
         for i in std::mem::take(&mut self.moves.open) {
@@ -158,4 +150,9 @@ impl Run {
             None => {}
         }
     }
+}
+
+/// `route`'s first attempt's place in the launch order (0 if it never launched).
+fn first_launch(launches: &[(Arc<str>, u32)], route: &str) -> u32 {
+    launches.iter().find(|(r, _)| &**r == route).map_or(0, |(_, seq)| *seq)
 }
