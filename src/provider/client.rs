@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::Scheme;
-use http::{Request, Uri};
+use http::{Request, Response, Uri};
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::{Connect, HttpConnector};
@@ -37,7 +37,7 @@ use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
-use super::lanes::{Lanes, Sent};
+use super::lanes::{LaneBody, Lanes};
 use super::proxy::ProxyConnector;
 pub(crate) use super::proxy::ProxyFailed;
 
@@ -100,12 +100,17 @@ impl HttpClient {
     }
 
     /// Sends `request`; resolves at the response's head.
-    pub(crate) fn request(&self, mut request: Request<RequestBody>) -> Sent {
+    pub(crate) fn request(
+        &self,
+        mut request: Request<RequestBody>,
+    ) -> impl Future<Output = Result<Response<LaneBody>, BoxError>> + Send + 'static {
         // A plain-http request to a proxy carries the proxy's credentials itself (an https
         // one sends them in the CONNECT, see `ProxyConnector`). The header is sensitive:
         // never indexed, never shown by `Debug`.
+        let mut proxied = false;
         if request.uri().scheme() == Some(&Scheme::HTTP) {
             let proxy = self.proxies.intercept(request.uri());
+            proxied = proxy.is_some();
             if let Some(auth) = proxy.as_ref().and_then(|p| p.basic_auth()) {
                 let mut auth = auth.clone();
                 auth.set_sensitive(true);
@@ -113,7 +118,7 @@ impl HttpClient {
             }
         }
         let h2c = self.prior_knowledge && request.uri().scheme() == Some(&Scheme::HTTP);
-        self.lanes.send(request, h2c, self.connect_timeout)
+        self.lanes.send(request, h2c, self.connect_timeout, proxied)
     }
 }
 
@@ -376,7 +381,7 @@ mod tests {
             Err(_) => panic!("the connect timeout did not fire"),
         };
         let waited = started.elapsed();
-        let e = classify_transport(&err);
+        let e = classify_transport(&*err);
         assert_eq!(e.class, ErrorClass::Timeout, "{e}");
         assert!(
             waited >= bound && waited < CONNECT_TIMEOUT,
@@ -414,7 +419,7 @@ mod tests {
             .request(post(&format!("https://{addr}/v1/chat/completions")))
             .await
             .expect_err("plain HTTP is no TLS handshake");
-        let e = classify_transport(&err);
+        let e = classify_transport(&*err);
         assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
         assert!(
             e.message.starts_with("could not connect to upstream (TLS)"),
@@ -485,7 +490,7 @@ mod tests {
                 hello.windows(b"localhost".len()).any(|w| w == b"localhost"),
                 "the hello's SNI names the upstream"
             );
-            let e = classify_transport(&err);
+            let e = classify_transport(&*err);
             assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
             assert!(
                 e.message.starts_with("could not connect to upstream (TLS)"),
@@ -503,7 +508,7 @@ mod tests {
                     .request(post("https://upstream.invalid/v1/chat/completions"))
                     .await
                     .expect_err("the proxy refuses");
-                let e = classify_transport(&err);
+                let e = classify_transport(&*err);
                 assert_eq!(e.class, ErrorClass::Unavailable, "{status}: {e}");
                 assert!(
                     e.message
@@ -532,7 +537,7 @@ mod tests {
             let client = via(&format!("http://user:s3cret@{addr}"), "");
             for url in ["https://upstream.invalid/v1/x", "http://upstream.invalid/v1/x"] {
                 let err = client.request(post(url)).await.expect_err("nothing listens there");
-                let e = classify_transport(&err);
+                let e = classify_transport(&*err);
                 assert_eq!(e.class, ErrorClass::Unavailable, "{url}: {e}");
                 assert!(
                     e.message
@@ -580,7 +585,7 @@ mod tests {
                     .request(post(&format!("{}/v1/chat/completions", upstream.base)))
                     .await
                     .expect_err("no way through that proxy");
-                let e = classify_transport(&err);
+                let e = classify_transport(&*err);
                 assert_eq!(e.class, ErrorClass::Unavailable, "{proxy}: {e}");
                 assert!(
                     e.message
@@ -631,7 +636,7 @@ mod tests {
                 Ok(Ok(_)) => panic!("a silent proxy cannot answer"),
                 Err(_) => panic!("the connect timeout did not fire"),
             };
-            let e = classify_transport(&err);
+            let e = classify_transport(&*err);
             assert_eq!(e.class, ErrorClass::Timeout, "{e}");
             // The deadline fired while the proxy held the CONNECT, not before it arrived.
             tokio::select! {

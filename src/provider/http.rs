@@ -96,7 +96,7 @@ impl Endpoint {
         let committed = seam_context(committed).to_string();
         let sent = request.map(|request| self.client.request(request));
         Box::pin(async move {
-            let response = sent?.await.map_err(|e| classify_transport(&e))?;
+            let response = sent?.await.map_err(|e| classify_transport(&*e))?;
             if !response.status().is_success() {
                 return Err(classify_response(response).await);
             }

@@ -37,6 +37,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::Either;
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
@@ -45,7 +46,11 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 use parking_lot::Mutex;
 
 use super::client::{pooled, Connector, RequestBody};
+use super::h2_body::H2Body;
+use super::h2_pool::{H2Pool, Sending};
 use super::settings::{ReadsStreamLimit, DEFAULT_STREAMS_PER_CONNECTION};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Lanes (pools, so HTTP/2 connections) per upstream at most: at the default limit, 3,200
 /// streams at once to one upstream before any waits in hyper.
@@ -87,18 +92,34 @@ impl Lanes {
     }
 
     /// Sends `request` on a lane with room, a new connection's connect bounded by
-    /// `connect_timeout`; resolves at the response's head.
-    pub fn send(&self, request: Request<RequestBody>, prior_knowledge: bool, connect_timeout: Duration) -> Sent {
-        let set = self.set_for(request.uri(), prior_knowledge, connect_timeout);
-        let in_flight = set.take();
-        Sent {
-            inner: in_flight.0.client.request(request),
-            in_flight: Some(in_flight),
-            set,
+    /// `connect_timeout`; resolves at the response's head. An upstream known to speak HTTP/2
+    /// (prior knowledge with no proxy in between, or an https one whose answer came over h2)
+    /// is sent to on its own connections (`h2_pool`), anything else on a pooled lane.
+    pub fn send(
+        &self,
+        request: Request<RequestBody>,
+        prior_knowledge: bool,
+        connect_timeout: Duration,
+        proxied: bool,
+    ) -> impl Future<Output = Result<Response<LaneBody>, BoxError>> + Send + 'static {
+        let set = self.set_for(request.uri(), prior_knowledge, connect_timeout, proxied);
+        if !set.speaks_h2.load(Ordering::Relaxed) {
+            return Either::Left(set.pooled(request));
         }
+        let sending = Arc::clone(&set.h2).send(request);
+        Either::Right(async move {
+            match sending.await {
+                Ok(response) => Ok(response.map(LaneBody::h2)),
+                Err(Sending::Failed(e)) => Err(e),
+                Err(Sending::NotH2(request)) => {
+                    set.speaks_h2.store(false, Ordering::Relaxed);
+                    set.pooled(*request).await
+                }
+            }
+        })
     }
 
-    fn set_for(&self, uri: &Uri, prior_knowledge: bool, connect_timeout: Duration) -> Arc<LaneSet> {
+    fn set_for(&self, uri: &Uri, prior_knowledge: bool, connect_timeout: Duration, proxied: bool) -> Arc<LaneSet> {
         let mut key = Upstream {
             scheme: uri.scheme().cloned(),
             authority: uri.authority().cloned(),
@@ -115,13 +136,25 @@ impl Lanes {
             };
         }
         let set = upstreams.entry(key).or_insert_with_key(|key| {
+            let upstream = key
+                .authority
+                .as_ref()
+                .map_or_else(|| "(overflow)".into(), ToString::to_string);
+            let connector = self.connector.with_timeout(key.connect_timeout);
+            let target = target(key);
             Arc::new(LaneSet {
-                upstream: key
-                    .authority
-                    .as_ref()
-                    .map_or_else(|| "(overflow)".into(), ToString::to_string),
+                // A plain-http request through a proxy goes to the proxy in absolute form,
+                // which only the pooled client speaks; the overflow set has no one target.
+                speaks_h2: AtomicBool::new(prior_knowledge && !proxied && target.is_some()),
+                h2: Arc::new(H2Pool::new(
+                    upstream.clone(),
+                    target.unwrap_or_default(),
+                    prior_knowledge,
+                    connector.clone(),
+                )),
+                upstream,
                 prior_knowledge,
-                connector: self.connector.with_timeout(key.connect_timeout),
+                connector,
                 default_limit: self.default_limit,
                 http1: AtomicBool::new(false),
                 full_logged: AtomicBool::new(false),
@@ -131,20 +164,38 @@ impl Lanes {
         Arc::clone(set)
     }
 
-    /// Lanes made for the upstream of `uri` so far, and requests in flight on them.
+    /// Connections (HTTP/2, own) or lanes (pooled) made for the upstream of `uri` so far,
+    /// and requests in flight on them.
     #[cfg(test)]
     pub fn to(&self, uri: &Uri, prior_knowledge: bool) -> (usize, usize) {
-        let set = self.set_for(uri, prior_knowledge, super::client::CONNECT_TIMEOUT);
+        let set = self.set_for(uri, prior_knowledge, super::client::CONNECT_TIMEOUT, false);
+        if set.speaks_h2.load(Ordering::Relaxed) {
+            return set.h2.counts();
+        }
         let lanes = set.lanes.lock();
         let in_flight = lanes.iter().map(|l| l.in_flight.load(Ordering::Relaxed)).sum();
         (lanes.len(), in_flight)
     }
 }
 
+/// `scheme://authority/` of an upstream, what a connector reaches.
+fn target(key: &Upstream) -> Option<Uri> {
+    let (scheme, authority) = (key.scheme.clone()?, key.authority.clone()?);
+    Uri::builder()
+        .scheme(scheme)
+        .authority(authority)
+        .path_and_query("/")
+        .build()
+        .ok()
+}
+
 /// One upstream's lanes.
 struct LaneSet {
     /// Host and port, for the log line when every lane is full.
     upstream: String,
+    /// Sent to on `h2`: known to speak HTTP/2 (and reached directly or through a tunnel).
+    speaks_h2: AtomicBool,
+    h2: Arc<H2Pool>,
     prior_knowledge: bool,
     connector: Connector,
     default_limit: usize,
@@ -155,6 +206,16 @@ struct LaneSet {
 }
 
 impl LaneSet {
+    /// Sends `request` on a pooled lane.
+    fn pooled(self: &Arc<Self>, request: Request<RequestBody>) -> Sent {
+        let in_flight = self.take();
+        Sent {
+            inner: in_flight.0.client.request(request),
+            in_flight: Some(in_flight),
+            set: Arc::clone(self),
+        }
+    }
+
     /// A lane for one more request, counted in it.
     fn take(&self) -> InFlight {
         let mut lanes = self.lanes.lock();
@@ -253,34 +314,72 @@ pub struct Sent {
 }
 
 impl Future for Sent {
-    type Output = Result<Response<LaneBody>, hyper_util::client::legacy::Error>;
+    type Output = Result<Response<LaneBody>, BoxError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let answered = ready!(Pin::new(&mut self.inner).poll(cx));
         let in_flight = self.in_flight.take();
-        Poll::Ready(answered.map(|response| {
-            if response.version() < http::Version::HTTP_2 {
-                self.set.http1.store(true, Ordering::Relaxed);
+        Poll::Ready(match answered {
+            Ok(response) => {
+                if response.version() < http::Version::HTTP_2 {
+                    self.set.http1.store(true, Ordering::Relaxed);
+                } else if !self.set.prior_knowledge {
+                    // An https upstream that negotiated h2: its next requests go on its own
+                    // connections (this lane's connection idles out of the pool).
+                    self.set.speaks_h2.store(true, Ordering::Relaxed);
+                }
+                Ok(response.map(|body| LaneBody {
+                    body: Inner::Pooled(body),
+                    in_flight,
+                }))
             }
-            response.map(|body| LaneBody { body, in_flight })
-        }))
+            Err(e) => Err(Box::new(e)),
+        })
     }
 }
 
-/// An upstream response's body, holding its request's place in its lane until it ends or
-/// is dropped.
+/// An upstream response's body, holding its request's place on its lane (or connection)
+/// until it ends or is dropped.
 #[derive(Debug)]
 pub struct LaneBody {
-    body: Incoming,
+    body: Inner,
     in_flight: Option<InFlight>,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Pooled(Incoming),
+    /// Its place on the connection is the body's own.
+    H2(H2Body),
+}
+
+impl LaneBody {
+    fn h2(body: H2Body) -> Self {
+        LaneBody {
+            body: Inner::H2(body),
+            in_flight: None,
+        }
+    }
+}
+
+/// A body's failure, as hyper or h2 told it.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error(transparent)]
+    Pooled(#[from] hyper::Error),
+    #[error(transparent)]
+    H2(#[from] h2::Error),
 }
 
 impl Body for LaneBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let polled = match &mut self.body {
+            Inner::Pooled(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::H2(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+        };
         if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
             self.in_flight = None;
         }
@@ -288,11 +387,17 @@ impl Body for LaneBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        match &self.body {
+            Inner::Pooled(body) => body.is_end_stream(),
+            Inner::H2(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        match &self.body {
+            Inner::Pooled(body) => body.size_hint(),
+            Inner::H2(body) => body.size_hint(),
+        }
     }
 }
 

@@ -16,6 +16,8 @@
 pub mod anthropic;
 mod client;
 mod error;
+mod h2_body;
+mod h2_pool;
 mod http;
 mod lanes;
 pub mod openai;
@@ -42,6 +44,7 @@ pub use error::{
     classify_body, classify_in_band, classify_response, classify_status, classify_transport, redact, register_secret,
     Blame, ErrorClass, ProviderError, MAX_ERROR_BODY_BYTES, MIN_SECRET_CHARS,
 };
+pub(crate) use h2_pool::ConnectFailed;
 pub use lanes::MAX_LANES;
 pub use openai::OpenAiProvider;
 pub use retry_after::retry_after;

@@ -177,8 +177,9 @@ fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
 
 fn is_connect(err: &(dyn std::error::Error + 'static)) -> bool {
     chain(err).any(|e| {
-        e.downcast_ref::<hyper_util::client::legacy::Error>()
-            .is_some_and(hyper_util::client::legacy::Error::is_connect)
+        e.is::<crate::provider::ConnectFailed>()
+            || e.downcast_ref::<hyper_util::client::legacy::Error>()
+                .is_some_and(hyper_util::client::legacy::Error::is_connect)
     })
 }
 
@@ -716,7 +717,7 @@ mod tests {
             .request(request)
             .await
             .expect_err("nothing listens on a dropped port");
-        let e = classify_transport(&err);
+        let e = classify_transport(&*err);
         assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
         assert!(e.message.starts_with("could not connect"), "{}", e.message);
         assert!(
@@ -746,7 +747,7 @@ mod tests {
             .request(request)
             .await
             .expect_err("the upstream hung up");
-        let e = classify_transport(&err);
+        let e = classify_transport(&*err);
         assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
         assert!(e.message.starts_with("upstream connection failed"), "{}", e.message);
     }

@@ -195,7 +195,7 @@ async fn a_finished_body_a_failed_request_and_a_dropped_one_give_their_place_bac
     let dead = format!("http://{}/v1/chat/completions", listener.local_addr().expect("addr"));
     drop(listener);
     let err = client.request(post(&dead)).await.expect_err("nothing listens");
-    assert_eq!(classify_transport(&err).class, ErrorClass::Unavailable);
+    assert_eq!(classify_transport(&*err).class, ErrorClass::Unavailable);
     assert_eq!(lanes.to(&dead.parse().expect("uri"), true).1, 0);
 }
 
@@ -223,6 +223,6 @@ async fn prior_knowledge_to_an_http1_only_upstream_fails_as_unavailable() {
         Ok(Ok(_)) => panic!("an HTTP/1.1 server answered HTTP/2"),
         Err(_) => panic!("no answer"),
     };
-    let e = classify_transport(&err);
+    let e = classify_transport(&*err);
     assert_eq!(e.class, ErrorClass::Unavailable, "{e}");
 }
