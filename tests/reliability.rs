@@ -54,6 +54,34 @@ async fn correlated_outage_spends_at_most_the_retry_budget() {
 }
 
 #[tokio::test]
+async fn a_spent_retry_budget_still_lets_a_failover_reach_a_proven_healthy_route() {
+    // The primary fails every request, its breaker never opens and ranking keeps it first
+    // (no error weight: the probe's case, a flaky first rung); the backup is healthy. The
+    // retry budget (20%, no floor) would let only one request in five fail over; once the
+    // backup has served, it is proven healthy and every later failover reaches it.
+    let extra = format!(
+        "{OK}\n[limits]\nretry_budget_ratio = 0.2\nretry_budget_floor_per_sec = 0.0\nretry_budget_window_secs = 3600\n\
+         blast_radius = 100.0\nblast_radius_floor_per_sec = 1000.0\n\
+         [breaker]\nconsecutive_failures = 0\nmin_volume = 1000000\n[ranking]\nerror_weight = 0.0\n"
+    );
+    let server = start(&config_toml(&[("a", "openai", "down"), ("b", "openai", "ok")], &extra)).await;
+    let requests = 100;
+    let mut served = 0;
+    for _ in 0..requests {
+        let reply = post_sse(&server.url(""), &chat_body(true), &[("x-tailcut-hedge", "off")]).await;
+        if reply.status == 200 {
+            assert_eq!(reply.envelope()["route"], "b", "{}", reply.raw);
+            served += 1;
+        }
+    }
+    // The first four find the budget below one attempt and the backup not yet proven.
+    assert!(
+        served >= requests - 5,
+        "only {served} of {requests} served by the healthy backup"
+    );
+}
+
+#[tokio::test]
 async fn lease_is_kept_across_a_session_and_revoked_when_the_breaker_opens() {
     let token_env = "TAILCUT_TEST_ADMIN_TOKEN_LEASES";
     std::env::set_var(token_env, "drill-secret");

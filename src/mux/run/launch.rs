@@ -69,6 +69,9 @@ impl Run {
                 Ok(attempt) => return Ok(attempt),
                 Err(skip) => {
                     let stop = match &skip {
+                        // A spent retry budget refuses a failover route by route: a later
+                        // route may be a proven healthy one it lets through.
+                        Skip::Budget(Refusal::RetryBudget) if matches!(role, Role::Failover) => None,
                         Skip::Budget(r) if r.is_request_wide() => Some(*r),
                         _ => None,
                     };
@@ -146,7 +149,7 @@ impl Run {
             .map_err(Skip::Unavailable)?;
         // Budgets are spent only for an attempt that can really start: the permit is
         // released (dropped) when a budget says no.
-        self.spend_budgets(role, route, now).map_err(Skip::Budget)?;
+        self.spend_budgets(role, route, now, again).map_err(Skip::Budget)?;
         let (Some(provider), Some(config)) = (self.mux.provider(route), self.route_config(route)) else {
             return Err(Skip::Excluded("no provider for this route".into()));
         };
@@ -201,12 +204,16 @@ impl Run {
     /// Budgets for one more attempt on `route`. A first choice is the base the others are
     /// measured against. A hedge spends the hedge budget and the fleet-wide retry budget; a
     /// failover before commit spends the retry budget and the route's blast-radius
-    /// allowance. A mid-stream recovery spends neither: it is bounded per request
+    /// allowance; when the retry budget is spent, a failover to another route that is proven
+    /// healthy (`proven_healthy`) still goes, under its blast-radius allowance alone: the
+    /// budget is there so a fleet that fails everywhere is not hammered with retries, not to
+    /// keep a request that one flaky route failed from the healthy next rung. A same-route
+    /// retry (`again`) never gets that exemption. A mid-stream recovery spends neither: it is bounded per request
     /// (`limits.max_midstream_recoveries`), it is what keeps a committed answer whole, and a
     /// route that keeps failing mid-stream is taken out by its breaker, not by refusing its
     /// victims a fallback. Every budget is tested before any is withdrawn, so a refusal by
     /// one leaks no token of another.
-    fn spend_budgets(&mut self, role: Role, route: &str, now: Instant) -> Result<(), Refusal> {
+    fn spend_budgets(&mut self, role: Role, route: &str, now: Instant, again: bool) -> Result<(), Refusal> {
         let mux = &self.mux;
         let verdict = match role {
             Role::Primary => {
@@ -228,14 +235,18 @@ impl Run {
                 }
             }
             Role::Failover => {
+                let exempt = !again && proven_healthy(&mux.health.view(route, now));
                 let mut retry = mux.retry_budget.lock();
                 let mut blast = mux.blast.get(route).map(|b| b.lock());
-                if !retry.allows(now) {
+                let retry_allows = retry.allows(now);
+                if !retry_allows && !exempt {
                     Err(Refusal::RetryBudget)
                 } else if blast.as_ref().is_some_and(|b| !b.allows(now)) {
                     Err(Refusal::BlastRadius)
                 } else {
-                    retry.withdraw(now);
+                    if retry_allows {
+                        retry.withdraw(now);
+                    }
                     if let Some(b) = blast.as_mut() {
                         b.withdraw(now);
                     }
@@ -248,6 +259,13 @@ impl Run {
         }
         verdict
     }
+}
+
+/// A route whose recent attempts (the router's window) show at least one and at most 10%
+/// failed. A route nobody has tried lately is not proven: in an outage that hits every
+/// route, no fallback has successes to show, so the retry budget still holds.
+fn proven_healthy(view: &crate::health::RouteView) -> bool {
+    view.error_volume >= 1 && view.error_rate <= 0.1 && !view.breaker_open && !view.cooling
 }
 
 /// Whether the request may be hedged. Side effects are checked first, because the answer also
