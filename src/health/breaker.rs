@@ -20,8 +20,13 @@
 //!   background prober (`mux::probe`) sends a request of its own, one at a time, and no
 //!   user request is admitted; with [`ProbeMode::Traffic`] up to `half_open_probes` user
 //!   requests are admitted as probes. A probe's first token or success closes the
-//!   breaker and resets the cool-down to its base; a probe's failure opens it again with
-//!   the cool-down doubled (capped at `max_cooldown`). A probe that ends with neither (a
+//!   breaker; a probe's failure opens it again with the cool-down doubled (capped at
+//!   `max_cooldown`).
+//! - **Probation**: a breaker a probe closed keeps its cool-down until a user request
+//!   succeeds (then the cool-down is back to its base). If its traffic trips it first, that
+//!   is a relapse and the cool-down doubles, as for a failed probe: a route that answers a
+//!   one-token probe but fails real answers (mid-stream) is out for longer each time, not
+//!   re-admitted every base cool-down. A probe that ends with neither (a
 //!   cancelled hedge loser) hands its slot back with [`Breaker::release`].
 //!
 //! # Tickets
@@ -39,7 +44,8 @@
 //! - The window is cleared on every transition, so a closed breaker starts from fresh
 //!   evidence and the error-rate trigger needs `min_volume` new outcomes to fire again.
 //! - A probe proves one request of one shape (a one-token answer); a route that answers
-//!   that but fails long answers is closed again and reopened by its real traffic.
+//!   that but fails long answers is closed again and reopened by its real traffic, with a
+//!   cool-down doubled each relapse (probation).
 
 use std::time::Duration;
 
@@ -109,6 +115,9 @@ pub struct Breaker {
     down_since: Option<Instant>,
     /// A recovery time measured at the first success after the breaker closed, until taken.
     recovered: Option<Duration>,
+    /// Closed by a probe, and no user request has succeeded since: a trip now is a relapse
+    /// and doubles the cool-down, as a failed probe does.
+    probation: bool,
 }
 
 impl Breaker {
@@ -123,6 +132,7 @@ impl Breaker {
             epoch: 0,
             down_since: None,
             recovered: None,
+            probation: false,
         }
     }
 
@@ -204,6 +214,11 @@ impl Breaker {
                 self.outcomes.record(now, true);
                 self.consecutive_failures = 0;
                 self.note_recovered(now);
+                if self.probation {
+                    // The route served a real request: it is back, the cool-down too.
+                    self.probation = false;
+                    self.cooldown = self.cfg.cooldown.min(self.cfg.max_cooldown);
+                }
             }
             Phase::HalfOpen { .. } if ticket.probe => {
                 self.close();
@@ -236,7 +251,14 @@ impl Breaker {
                 self.outcomes.record(now, false);
                 self.consecutive_failures = self.consecutive_failures.saturating_add(1);
                 if let Some(reason) = self.trip_reason(now) {
-                    self.open(now, reason);
+                    if self.probation {
+                        // Its probe passed, its traffic did not (a route that answers a
+                        // one-token probe and fails real answers, mid-stream): a relapse.
+                        self.cooldown = self.cooldown.saturating_mul(2).min(self.cfg.max_cooldown);
+                        self.open(now, format!("{reason} since its probe passed"));
+                    } else {
+                        self.open(now, reason);
+                    }
                 }
             }
             Phase::HalfOpen { .. } if ticket.probe => {
@@ -352,10 +374,12 @@ impl Breaker {
         self.consecutive_failures = 0;
     }
 
+    /// Closed by a probe: on probation until a user request succeeds (the cool-down resets
+    /// then, or doubles if the route trips first).
     fn close(&mut self) {
         self.phase = Phase::Closed;
         self.opened_reason = None;
-        self.cooldown = self.cfg.cooldown.min(self.cfg.max_cooldown);
+        self.probation = true;
         self.outcomes.reset();
         self.consecutive_failures = 0;
     }
@@ -661,7 +685,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn probe_success_closes_and_resets_cooldown() {
+    async fn probe_success_closes_and_a_user_success_resets_the_cooldown() {
         let start = Instant::now();
         let mut breaker = open_breaker(start);
         let mut now = start + Duration::from_secs(1);
@@ -673,8 +697,14 @@ mod tests {
         let probe = admit(&mut breaker, now);
         breaker.on_success(now, probe);
         assert_eq!(breaker.state(now), BreakerState::Closed, "a probe success closes");
-        assert_eq!(breaker.cooldown(), Duration::from_secs(1), "cool-down back to base");
+        assert_eq!(breaker.cooldown(), Duration::from_secs(2), "on probation: kept");
         assert_eq!(breaker.opened_reason(), None, "reason cleared");
+        succeed(&mut breaker, now);
+        assert_eq!(
+            breaker.cooldown(),
+            Duration::from_secs(1),
+            "a user success: back to base"
+        );
         assert!(
             breaker.try_acquire(now, TRAFFIC).is_some() && breaker.try_acquire(now, TRAFFIC).is_some(),
             "closed admits everything"
@@ -696,6 +726,46 @@ mod tests {
             "its later mid-stream failure is counted, once"
         );
         assert_eq!(breaker.error_rate(cooled), 1.0, "as a failure");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_route_whose_traffic_trips_it_after_each_passed_probe_stays_out_longer_each_time() {
+        // A route that answers the one-token probe and fails every real answer (mid-stream):
+        // each relapse doubles the cool-down up to the cap, as a failed probe would.
+        let cfg = BreakerConfig {
+            consecutive_failures: 3,
+            ..BreakerConfig::default()
+        };
+        let mut breaker = Breaker::new(cfg.clone());
+        let mut now = Instant::now();
+        let mut cooldowns = Vec::new();
+        for _ in 0..5 {
+            for _ in 0..3 {
+                fail(&mut breaker, now);
+            }
+            let BreakerState::Open { until } = breaker.state(now) else {
+                panic!("three failures in a row open it");
+            };
+            cooldowns.push(until - now);
+            now = until;
+            let probe = breaker.try_probe(now).expect("cooled: a probe may run");
+            breaker.on_success(now, probe);
+            assert_eq!(breaker.state(now), BreakerState::Closed, "the probe passes");
+        }
+        let secs: Vec<u64> = cooldowns.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [1, 2, 4, 5, 5], "doubling per relapse, capped at max_cooldown");
+        // One answer that goes through ends the probation.
+        succeed(&mut breaker, now);
+        for _ in 0..3 {
+            fail(&mut breaker, now);
+        }
+        assert_eq!(
+            breaker.state(now),
+            BreakerState::Open {
+                until: now + cfg.cooldown
+            },
+            "a fresh trip after a served answer starts from the base cool-down"
+        );
     }
 
     #[tokio::test(start_paused = true)]

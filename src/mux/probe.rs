@@ -32,8 +32,10 @@
 //! paused-time tests drive it.
 //!
 //! # Known limits
-//! - A probe proves a one-token answer; a route that fails only long answers is closed,
-//!   then reopened by the failures of its real traffic.
+//! - A probe proves a one-token answer; a route that fails only long answers (mid-stream)
+//!   is closed, then reopened by the failures of its real traffic. That reopening is a
+//!   relapse (the breaker's probation) and doubles the cool-down, so such a route is out
+//!   for up to `max_cooldown_ms` at a time, not re-admitted every base cool-down.
 //! - A probe's latency is not recorded in the route's TTFT window (its prompt is not
 //!   representative), so a recovered route's hedge delay starts from its old samples.
 //! - Probes are not counted against the hedge, retry or blast-radius budgets; they are one
