@@ -244,6 +244,7 @@ impl Gateway {
                     .iter()
                     .all(|x| x.codes.contains(&ExclusionCode::ContextLength));
                 let event = StreamEvent::Error(Box::new(ErrorEvent {
+                    code: None,
                     class: if too_long {
                         ErrorClass::ContextLength
                     } else {

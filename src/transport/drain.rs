@@ -56,6 +56,7 @@ impl Drain {
 /// class/code `draining`.
 pub fn cut_event(envelope: Envelope) -> ErrorEvent {
     ErrorEvent {
+        code: None,
         class: ErrorClass::Draining,
         status: ErrorClass::Draining.http_status(),
         message: "tailcut is shutting down and ended this answer before it finished; retry the request".into(),

@@ -197,7 +197,7 @@ impl ErrorReply {
             message,
             retry_after: e.retry_after.filter(|_| waiting_helps(e.class)),
             param: None,
-            code: None,
+            code: e.code,
             envelope: Some(Box::new(envelope)),
         }
     }
@@ -448,6 +448,7 @@ mod tests {
 
     fn event(class: ErrorClass, status: u16, retry_after: Option<Duration>) -> ErrorEvent {
         ErrorEvent {
+            code: None,
             class,
             status,
             message: "request deadline exceeded before the first token".into(),
@@ -545,6 +546,7 @@ mod tests {
     async fn no_route_is_a_400_invalid_request_in_both_sdk_dialects() {
         // As gateway.rs emits it when the router finds no eligible route.
         let no_route = ErrorReply::from_event(ErrorEvent {
+            code: None,
             class: ErrorClass::NoRoute,
             status: 400,
             message: "no route is eligible for this request: eu-a (region)".into(),
@@ -576,6 +578,7 @@ mod tests {
     #[tokio::test]
     async fn context_length_is_a_400_with_openais_code() {
         let reply = ErrorReply::from_event(ErrorEvent {
+            code: None,
             class: ErrorClass::ContextLength,
             status: ErrorClass::ContextLength.http_status(),
             message: "prompt is too long: 210000 tokens > 200000 maximum".into(),
@@ -610,6 +613,7 @@ mod tests {
             after_tokens: 0,
         });
         let reply = ErrorReply::from_event(ErrorEvent {
+            code: None,
             class: ErrorClass::Unavailable,
             status: 502,
             message: "a (auth 401: x-api-key: sk-ant-api03-0123456789)".into(),
@@ -628,6 +632,7 @@ mod tests {
     #[test]
     fn an_error_after_commit_is_a_bad_gateway_for_non_streaming_replies() {
         let e = ErrorEvent {
+            code: None,
             class: ErrorClass::RateLimited,
             status: 429,
             message: "slow down".into(),
@@ -636,6 +641,7 @@ mod tests {
         };
         assert_eq!(ErrorReply::after_commit(e).status, 502, "a broken answer is a 502");
         let e = ErrorEvent {
+            code: None,
             class: ErrorClass::BadRequest,
             status: 400,
             message: "max_tokens (1) ends the answer inside the call".into(),

@@ -119,6 +119,7 @@ mod tests {
     #[tokio::test]
     async fn an_error_first_is_an_http_error_with_its_status() {
         let mut s = events(vec![StreamEvent::Error(Box::new(ErrorEvent {
+            code: None,
             class: ErrorClass::RateLimited,
             status: 429,
             message: "all routes rate limited".into(),

@@ -424,6 +424,7 @@ mod tests {
         let (msg, terminal) = ServerMessage::from_event(
             "c1",
             StreamEvent::Error(Box::new(ErrorEvent {
+                code: None,
                 class: ErrorClass::RateLimited,
                 status: 429,
                 message: "slow down".into(),

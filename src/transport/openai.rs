@@ -189,6 +189,7 @@ mod tests {
     async fn error_before_commit_is_a_real_http_error_with_retry_after() {
         let sem = Arc::new(Semaphore::new(1));
         let events: EventStream = Box::pin(stream::iter(vec![StreamEvent::Error(Box::new(ErrorEvent {
+            code: None,
             class: ErrorClass::RateLimited,
             status: 429,
             message: "every route is rate limited".into(),
@@ -276,6 +277,7 @@ mod tests {
             StreamEvent::Start(Box::new(served())),
             StreamEvent::TextDelta("Hel".into()),
             StreamEvent::Error(Box::new(ErrorEvent {
+                code: None,
                 class: ErrorClass::Unavailable,
                 status: 503,
                 message: "route died".into(),

@@ -150,6 +150,7 @@ where
 /// The in-band error a stream ends with when its reader took no event for `stall`.
 fn too_slow(envelope: Envelope, stall: Duration) -> ErrorEvent {
     ErrorEvent {
+        code: None,
         class: ErrorClass::ClientTooSlow,
         status: ErrorClass::ClientTooSlow.http_status(),
         message: format!(

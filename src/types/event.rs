@@ -89,6 +89,8 @@ pub struct ErrorEvent {
     pub status: u16,
     pub message: String,
     pub retry_after: Option<std::time::Duration>,
+    /// A code more specific than the class (a refusal's `rpm_exceeded`), as HTTP gives it.
+    pub code: Option<&'static str>,
     pub envelope: Envelope,
 }
 

@@ -141,6 +141,7 @@ impl Run {
             // An upstream's absurd hint is not passed on as is.
             .map(|d| d.min(MAX_RETRY_AFTER));
         ErrorEvent {
+            code: None,
             class: err.class,
             status,
             message,

@@ -513,6 +513,7 @@ mod tests {
             vec![
                 StreamEvent::TextDelta("par".into()),
                 StreamEvent::Error(Box::new(ErrorEvent {
+                    code: None,
                     class: ErrorClass::Unavailable,
                     status: 502,
                     message: "route died".into(),

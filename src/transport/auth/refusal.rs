@@ -134,6 +134,7 @@ impl Refusal {
             status: self.status(),
             message: self.to_string(),
             retry_after: self.retry_after(),
+            code: Some(self.code()),
             envelope: Envelope {
                 request_id,
                 level: Level::L4,
@@ -164,6 +165,33 @@ impl From<Exceeded> for Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_refusal_told_in_the_stream_carries_its_code_as_over_http() {
+        // The WebSocket's two-step admission (shared limits) refuses after `accepted`, in
+        // the answer's stream: the error message there has the code HTTP gives.
+        use futures::StreamExt;
+        let refusals = [
+            (Refusal::Streams(2), "max_streams_exceeded"),
+            (
+                Refusal::RateLimited {
+                    limit: Limit::Rpm,
+                    per_minute: 4,
+                    wait: Duration::from_secs(9),
+                },
+                "rpm_exceeded",
+            ),
+        ];
+        for (refusal, code) in refusals {
+            let mut events = refusal.into_events("req-1".into());
+            let Some(StreamEvent::Error(e)) = events.next().await else {
+                panic!("a refusal is one error event");
+            };
+            let message = crate::transport::native::ServerMessage::from_error_event(Some("c1".into()), *e);
+            let json = serde_json::to_value(&message).expect("serializes");
+            assert_eq!(json["code"], code, "{json}");
+        }
+    }
 
     #[test]
     fn each_refusal_has_its_status_and_retry_hint() {

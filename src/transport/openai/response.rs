@@ -640,6 +640,7 @@ mod tests {
         let (text, flow) = run(
             &mut encoder(false),
             vec![StreamEvent::Error(Box::new(ErrorEvent {
+                code: None,
                 class: ErrorClass::Unavailable,
                 status: 502,
                 message: "every route failed".into(),

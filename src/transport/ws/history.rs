@@ -426,6 +426,7 @@ mod tests {
         let (_, keeper) = h.project("s", &mut r, None).expect("projected");
         let failed: EventStream = Box::pin(stream::iter(vec![StreamEvent::Error(Box::new(
             crate::types::ErrorEvent {
+                code: None,
                 class: crate::types::ErrorClass::Unavailable,
                 status: 503,
                 message: "down".into(),
