@@ -84,10 +84,7 @@ impl NoOriginHeaders {
 /// The app for a server bound to `local`.
 pub fn app(state: AppState, local: SocketAddr) -> Edge {
     let server = &state.config.server;
-    let limits = BodyLimits {
-        max_bytes: server.max_body_bytes,
-        timeout: server.body_read_timeout,
-    };
+    let limits = BodyLimits::new(server.max_body_bytes, server.body_read_timeout);
     let origins = Arc::new(Origins::new(&server.cors_allowed_origins, local));
     let max_header_bytes = server.max_header_bytes;
     // Embedded so the binary serves them from any working directory; `no-cache` so a rebuilt
@@ -113,7 +110,7 @@ pub fn app(state: AppState, local: SocketAddr) -> Edge {
         .with_state(state);
     Edge {
         pages,
-        api: cors::cors(BodyReader::new(routes, limits), &origins),
+        api: cors::cors(BodyReader::new(routes, limits.clone()), &origins),
         origins,
         max_bytes: limits.max_bytes,
         max_header_bytes,

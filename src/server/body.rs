@@ -6,6 +6,13 @@
 //! Written here rather than with axum's `DefaultBodyLimit` alone, which only counts bytes
 //! while a handler reads and has no clock: a body sent at a byte a second held its
 //! connection and handler for as long as the client liked.
+//!
+//! Bodies being gathered share one budget of bytes (`BodyLimits::buffered`, `BUFFERED_BODIES`
+//! or four bodies at the limit, whichever is more): a read takes its share before it buffers
+//! (its declared length, then as it grows) and gives it back when the body is whole. With no
+//! share left a read waits, unread, so HTTP/2 flow control holds the sender back, and its
+//! timeout still runs. Without it one HTTP/2 connection could have 200 streams of nearly
+//! `max_body_bytes` each buffered at once (800 MiB at the defaults).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,15 +30,46 @@ use bytes::BytesMut;
 use futures::future::Either;
 use futures::StreamExt;
 use pin_project_lite::pin_project;
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower_service::Service;
 
 use super::reply::{dialect_of, render, request_id, EdgeRefusal};
 
+/// Bytes of request bodies being gathered at once, at least (the budget is four bodies at
+/// `max_body_bytes` when that is more).
+pub const BUFFERED_BODIES: usize = 64 * 1024 * 1024;
+
+/// The budget's unit: shares are taken in KiB.
+const UNIT: usize = 1024;
+
 /// What a request body may be.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BodyLimits {
     pub max_bytes: usize,
     pub timeout: Duration,
+    /// The bytes all bodies being gathered may hold together, in `UNIT`s.
+    pub buffered: Arc<Semaphore>,
+}
+
+impl BodyLimits {
+    pub fn new(max_bytes: usize, timeout: Duration) -> Self {
+        BodyLimits::with_budget(max_bytes, timeout, BUFFERED_BODIES.max(max_bytes.saturating_mul(4)))
+    }
+
+    pub fn with_budget(max_bytes: usize, timeout: Duration, budget: usize) -> Self {
+        let units = budget.div_ceil(UNIT).min(Semaphore::MAX_PERMITS);
+        BodyLimits {
+            max_bytes,
+            timeout,
+            buffered: Arc::new(Semaphore::new(units)),
+        }
+    }
+}
+
+/// Units for `bytes`, as the semaphore counts them.
+fn units(bytes: usize) -> u32 {
+    u32::try_from(bytes.div_ceil(UNIT)).unwrap_or(u32::MAX)
 }
 
 /// The routes behind the body reader: each request's body is replaced by the whole body,
@@ -70,7 +108,7 @@ impl Service<Request> for BodyReader {
             return Either::Left(self.routes.call(request));
         }
         Either::Right(Gathered::Reading {
-            read: Box::pin(read(request, self.limits)),
+            read: Box::pin(read(request, self.limits.clone())),
             routes: self.routes.clone(),
         })
     }
@@ -145,16 +183,25 @@ async fn read(request: Request, limits: BodyLimits) -> Result<Request, Refused> 
         return Err(refuse(too_large));
     }
     let capacity = declared.map_or(0, |n| n as usize).min(limits.max_bytes);
-    let mut whole = BytesMut::with_capacity(capacity);
+    let mut whole = BytesMut::new();
     let mut chunks = body.into_data_stream();
+    let budget = Arc::clone(&limits.buffered);
     let gather = async {
+        // The declared length's share first, so the buffer is only allocated once held.
+        let mut share: Option<OwnedSemaphorePermit> = None;
+        take_share(&budget, &mut share, capacity).await;
+        whole.reserve(capacity);
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(|_| EdgeRefusal::BodyUnreadable)?;
-            if whole.len() + chunk.len() > limits.max_bytes {
+            let len = whole.len() + chunk.len();
+            if len > limits.max_bytes {
                 return Err(too_large);
             }
+            take_share(&budget, &mut share, len).await;
             whole.extend_from_slice(&chunk);
         }
+        // Given back now: the whole body goes to a handler, bounded by its own limits.
+        drop(share);
         Ok(())
     };
     match tokio::time::timeout(limits.timeout, gather).await {
@@ -164,11 +211,69 @@ async fn read(request: Request, limits: BodyLimits) -> Result<Request, Refused> 
     }
 }
 
+/// Holds `share` at `bytes` or more, waiting for the budget when it is spent.
+async fn take_share(budget: &Arc<Semaphore>, share: &mut Option<OwnedSemaphorePermit>, bytes: usize) {
+    let held = share.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+    let want = units(bytes) as usize;
+    if want <= held {
+        return;
+    }
+    let more = u32::try_from(want - held).unwrap_or(u32::MAX);
+    // The semaphore is never closed.
+    let Ok(permit) = Arc::clone(budget).acquire_many_owned(more).await else {
+        return;
+    };
+    match share {
+        Some(held) => held.merge(permit),
+        None => *share = Some(permit),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::routing::post;
     use std::task::Waker;
+
+    fn chunked(chunk: usize, then_wait: bool) -> Request {
+        let first = futures::stream::iter([Ok::<_, Infallible>(bytes::Bytes::from(vec![b' '; chunk]))]);
+        let body = if then_wait {
+            Body::from_stream(first.chain(futures::stream::pending()))
+        } else {
+            Body::from_stream(first)
+        };
+        axum::http::request::Builder::new()
+            .method(Method::POST)
+            .uri("/v1/chat/completions")
+            .body(body)
+            .expect("a valid request")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bodies_being_gathered_share_one_budget_of_bytes() {
+        let routes = Router::new().route(
+            "/v1/chat/completions",
+            post(|b: bytes::Bytes| async move { b.len().to_string() }),
+        );
+        // Room for 2 KiB of bodies at once; each may be 2 KiB.
+        let mut reader = BodyReader::new(routes, BodyLimits::with_budget(2048, Duration::from_secs(5), 2048));
+        // A holds the whole budget and sends no more.
+        let mut a = std::pin::pin!(reader.call(chunked(2048, true)));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        // B waits for a share it cannot get, unread, until its timeout.
+        let b = reader.call(chunked(1024, false)).await.expect("an answer");
+        assert_eq!(
+            b.status(),
+            StatusCode::REQUEST_TIMEOUT,
+            "no share while A holds the budget"
+        );
+        // A's timeout gives its share back; C then goes through.
+        let a = a.await.expect("an answer");
+        assert_eq!(a.status(), StatusCode::REQUEST_TIMEOUT);
+        let c = reader.call(chunked(1024, false)).await.expect("an answer");
+        assert_eq!(c.status(), StatusCode::OK, "the budget is free again");
+    }
 
     #[tokio::test]
     async fn once_the_body_is_whole_only_the_handler_is_held() {
@@ -176,10 +281,7 @@ mod tests {
             "/v1/chat/completions",
             post(|_: bytes::Bytes| std::future::pending::<&'static str>()),
         );
-        let limits = BodyLimits {
-            max_bytes: 1024,
-            timeout: Duration::from_secs(5),
-        };
+        let limits = BodyLimits::new(1024, Duration::from_secs(5));
         let mut reader = BodyReader::new(routes, limits);
         let request = axum::http::request::Builder::new()
             .method(Method::POST)
