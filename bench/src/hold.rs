@@ -40,9 +40,13 @@ pub struct HoldArgs {
 #[derive(Debug, Serialize)]
 pub struct ServerMemory {
     pub idle_rss_kib: u64,
+    /// A held stream on a keep-alive connection that has served a request before (so its
+    /// buffers are there already, for both servers): what the stream itself costs.
     pub held_stream_kib: f64,
     /// Of it, heap in use (the counting allocator's live bytes).
     pub held_stream_heap_kib: f64,
+    /// Heap of such an idle keep-alive connection, before its stream.
+    pub connection_heap_kib: f64,
     pub held_opened: usize,
     pub idle_websocket_kib: f64,
     pub idle_websocket_heap_kib: f64,
@@ -127,12 +131,19 @@ async fn measure(args: &HoldArgs, rig: &mut Rig, kind: Kind, mode: Mode) -> Resu
 
     // Held streams: sent, and waiting for a first token that does not come.
     let held = rig.target(mode, "held");
-    rig.sim.clear_log();
+    let no_conns = settled(rig, kind).await?;
     let mut conns = Vec::with_capacity(args.streams);
     for _ in 0..args.streams {
-        conns.push(Conn::open(held.addr).await?);
+        let mut conn = Conn::open(held.addr).await?;
+        // One answered request first: an HTTP/1.1 server may allocate a connection's buffers
+        // at accept or only with its first request's bytes (hyper-util's protocol sniffing
+        // does the latter), so without it one server's held figure would hold its
+        // connections' buffers and the other's not.
+        conn.chat(&flat).await?;
+        conns.push(conn);
     }
     let before = settled(rig, kind).await?;
+    rig.sim.clear_log();
     let mut holding = JoinSet::new();
     for mut conn in conns {
         let held = held.clone();
@@ -209,6 +220,7 @@ async fn measure(args: &HoldArgs, rig: &mut Rig, kind: Kind, mode: Mode) -> Resu
         idle_rss_kib,
         held_stream_kib: per(with_held.rss_kib, before.rss_kib, held_opened),
         held_stream_heap_kib: heap(&with_held, &before, held_opened),
+        connection_heap_kib: heap(&before, &no_conns, args.streams),
         held_opened,
         idle_websocket_kib: per(with_ws.rss_kib, before_ws.rss_kib, websockets_opened),
         idle_websocket_heap_kib: heap(&with_ws, &before_ws, websockets_opened),
@@ -237,15 +249,25 @@ fn print_table(r: &HoldReport) {
         r.machine.cores
     );
     println!(
-        "{:<10}{:>10}{:>10}{:>11}{:>13}{:>11}{:>14}{:>13}{:>8}",
-        "server", "idle KiB", "KiB/held", "heap/held", "KiB/idle ws", "heap/ws", "before churn", "after churn", "ratio"
+        "{:<10}{:>10}{:>10}{:>11}{:>11}{:>13}{:>11}{:>14}{:>13}{:>8}",
+        "server",
+        "idle KiB",
+        "KiB/held",
+        "heap/held",
+        "heap/conn",
+        "KiB/idle ws",
+        "heap/ws",
+        "before churn",
+        "after churn",
+        "ratio"
     );
     for (name, m) in &r.servers {
         println!(
-            "{name:<10}{:>10}{:>10.1}{:>11.1}{:>13.1}{:>11.1}{:>14}{:>13}{:>8.3}",
+            "{name:<10}{:>10}{:>10.1}{:>11.1}{:>11.1}{:>13.1}{:>11.1}{:>14}{:>13}{:>8.3}",
             m.idle_rss_kib,
             m.held_stream_kib,
             m.held_stream_heap_kib,
+            m.connection_heap_kib,
             m.idle_websocket_kib,
             m.idle_websocket_heap_kib,
             m.churn_before_kib,
