@@ -105,9 +105,6 @@ struct Conn {
     /// The streams it takes until the peer's SETTINGS say (h2 starts from it).
     assumed: usize,
     in_flight: AtomicUsize,
-    /// Streams ever taken on it: one taken on a connection that has carried others is on a
-    /// reused connection.
-    taken: AtomicUsize,
     /// When its last stream ended (its opening, before any).
     idle_since: Mutex<Instant>,
 }
@@ -125,14 +122,25 @@ impl Conn {
         }
     }
 
+    /// Takes it out of use: it refused a stream or closed (a GOAWAY leaves h2's connection
+    /// running until its open streams end, so its task has not marked it yet).
+    fn retire(&self) {
+        self.state.send_if_modified(|state| {
+            let ready = matches!(state, State::Ready(_));
+            if ready {
+                *state = State::Closed;
+            }
+            ready
+        });
+    }
+
     fn has_room(&self) -> bool {
         self.usable() && self.in_flight.load(Ordering::Relaxed) < self.limit()
     }
 }
 
-/// A stream counted on its connection until this is dropped; whether the connection had
-/// carried others.
-pub(crate) struct Taken(Arc<Conn>, bool);
+/// A stream counted on its connection until this is dropped.
+pub(crate) struct Taken(Arc<Conn>);
 
 impl Drop for Taken {
     fn drop(&mut self) {
@@ -155,9 +163,22 @@ pub(crate) struct ConnectionClosed;
 
 /// A connect (TCP, proxy tunnel, TLS or the h2 handshake) that failed; the connect bound's
 /// `ConnectTimedOut`, the proxy's `ProxyFailed` and rustls' errors are in its chain.
-#[derive(Debug, thiserror::Error)]
-#[error("could not connect")]
-pub(crate) struct ConnectFailed(#[source] SharedError);
+#[derive(Debug)]
+pub(crate) struct ConnectFailed(SharedError);
+
+impl fmt::Display for ConnectFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("could not connect")
+    }
+}
+
+impl std::error::Error for ConnectFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The connect's own error, so a classifier walking the chain sees it (the connect
+        // bound's timeout, the proxy's or TLS' failure).
+        Some(&**(self.0).0)
+    }
+}
 
 /// One connect failure, told to every request that waited on it.
 #[derive(Debug, Clone)]
@@ -221,14 +242,15 @@ impl H2Pool {
                 }
             };
             let head = head(&parts.method, &parts.uri, &parts.headers, body.len());
-            let reused = taken.1;
             match open(send, head, body.clone()).await {
                 Ok(response) => return Ok(response.map(|recv| H2Body::new(recv, taken))),
                 Err(Opened::NotSent(e)) => {
+                    taken.0.retire();
                     tracing::debug!(upstream = %self.upstream, error = %e, "connection gone before the stream was sent; sending it on another");
                     last = Some(Box::new(e));
                 }
-                Err(Opened::Failed(e)) if unprocessed(&e) || reused && e.is_io() => {
+                Err(Opened::Failed(e)) if unprocessed(&e) => {
+                    taken.0.retire();
                     tracing::debug!(upstream = %self.upstream, error = %e, "stream refused unprocessed; sending it again");
                     last = Some(Box::new(e));
                 }
@@ -260,8 +282,7 @@ impl H2Pool {
             }
         };
         pick.in_flight.fetch_add(1, Ordering::Relaxed);
-        let reused = pick.taken.fetch_add(1, Ordering::Relaxed) > 0;
-        Taken(pick, reused)
+        Taken(pick)
     }
 
     /// A new connection, assuming the smallest limit its siblings know of the same peer (the
@@ -278,7 +299,6 @@ impl H2Pool {
             state: watch::Sender::new(State::Connecting),
             assumed,
             in_flight: AtomicUsize::new(0),
-            taken: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
         });
         conns.push(Arc::clone(&conn));
@@ -423,9 +443,8 @@ fn head(method: &Method, uri: &Uri, headers: &HeaderMap, len: usize) -> Request<
 }
 
 /// Whether the peer refused the stream before processing it (RFC 9113 §8.7): it may be
-/// sent again on another connection. So may a stream whose reused connection broke before
-/// any answer (`is_io`, checked by the caller): the peer closed an idle connection as the
-/// stream went out, the race every pooled client meets.
+/// sent again on another connection. An I/O error after the stream went out is not: the
+/// peer may have processed it.
 fn unprocessed(e: &h2::Error) -> bool {
     // A graceful GOAWAY errors only the streams above its last stream id; an error GOAWAY
     // may end processed ones too, so only the first is taken for a refusal.

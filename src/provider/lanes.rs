@@ -56,6 +56,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// streams at once to one upstream before any waits in hyper.
 pub const MAX_LANES: usize = 32;
 
+/// The name of the set the upstreams past `MAX_UPSTREAMS` share (no one target: never on
+/// `h2_pool`).
+const OVERFLOW: &str = "(overflow)";
+
 /// Upstreams with lanes of their own at most (one per distinct route base URL).
 const MAX_UPSTREAMS: usize = 1024;
 
@@ -139,7 +143,7 @@ impl Lanes {
             let upstream = key
                 .authority
                 .as_ref()
-                .map_or_else(|| "(overflow)".into(), ToString::to_string);
+                .map_or_else(|| OVERFLOW.into(), ToString::to_string);
             let connector = self.connector.with_timeout(key.connect_timeout);
             let target = target(key);
             Arc::new(LaneSet {
@@ -323,7 +327,7 @@ impl Future for Sent {
             Ok(response) => {
                 if response.version() < http::Version::HTTP_2 {
                     self.set.http1.store(true, Ordering::Relaxed);
-                } else if !self.set.prior_knowledge {
+                } else if !self.set.prior_knowledge && self.set.upstream != OVERFLOW {
                     // An https upstream that negotiated h2: its next requests go on its own
                     // connections (this lane's connection idles out of the pool).
                     self.set.speaks_h2.store(true, Ordering::Relaxed);

@@ -177,12 +177,23 @@ async fn a_refused_stream_is_sent_again_and_answered() {
 #[tokio::test]
 async fn a_connection_the_peer_closed_is_replaced() {
     let mut server = Server::start(Behaviour::OnePerConnection).await;
-    let (client, _) = client();
+    let (client, lanes) = client();
     let url = server.url("/v1/chat/completions");
+    let uri: http::Uri = url.parse().expect("uri");
     assert_eq!(text(head(&client, &url).await).await, "data: ok\n\n");
     tokio::time::timeout(HANG_GUARD, server.closed.recv())
         .await
         .expect("the peer closes");
+    // Its task sees the close and takes it out of the pool (a stream sent in the meantime
+    // would fail: it may have reached the peer, so it is not sent twice).
+    let seen = async {
+        while lanes.to(&uri, true).0 > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(HANG_GUARD, seen)
+        .await
+        .expect("the closed connection leaves the pool");
     assert_eq!(text(head(&client, &url).await).await, "data: ok\n\n");
     assert_eq!(
         server.accepted.load(Ordering::SeqCst),
