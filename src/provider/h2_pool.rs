@@ -161,10 +161,11 @@ impl fmt::Debug for Taken {
 #[error("upstream connection closed")]
 pub(crate) struct ConnectionClosed;
 
-/// A connect (TCP, proxy tunnel, TLS or the h2 handshake) that failed; the connect bound's
-/// `ConnectTimedOut`, the proxy's `ProxyFailed` and rustls' errors are in its chain.
+/// A connect (TCP, proxy tunnel, TLS or the h2 handshake) that failed, told to every
+/// request that waited on it; the connect bound's `ConnectTimedOut`, the proxy's
+/// `ProxyFailed` and rustls' errors are in its chain.
 #[derive(Debug)]
-pub(crate) struct ConnectFailed(SharedError);
+pub(crate) struct ConnectFailed(Arc<BoxError>);
 
 impl fmt::Display for ConnectFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -176,23 +177,7 @@ impl std::error::Error for ConnectFailed {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         // The connect's own error, so a classifier walking the chain sees it (the connect
         // bound's timeout, the proxy's or TLS' failure).
-        Some(&**(self.0).0)
-    }
-}
-
-/// One connect failure, told to every request that waited on it.
-#[derive(Debug, Clone)]
-pub(crate) struct SharedError(Arc<BoxError>);
-
-impl fmt::Display for SharedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&**self.0, f)
-    }
-}
-
-impl std::error::Error for SharedError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
+        Some(&**self.0)
     }
 }
 
@@ -390,7 +375,7 @@ async fn wait_ready(conn: &Conn) -> Result<SendRequest<Bytes>, Waited> {
         match now {
             State::Ready(send) => return Ok(send),
             State::NotH2 => return Err(Waited::NotH2),
-            State::Failed(e) => return Err(Waited::Failed(Box::new(ConnectFailed(SharedError(e))))),
+            State::Failed(e) => return Err(Waited::Failed(Box::new(ConnectFailed(e)))),
             State::Closed => return Err(Waited::Closed),
             State::Connecting => {}
         }
