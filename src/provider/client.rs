@@ -175,7 +175,7 @@ pub(crate) fn http_client_taking(streams: usize) -> (HttpClient, Arc<Lanes>) {
 }
 
 /// The connector every lane shares: proxy, TLS, connect timeout.
-fn connector(proxies: Matcher) -> (Connector, Arc<Matcher>) {
+pub(crate) fn connector(proxies: Matcher) -> (Connector, Arc<Matcher>) {
     // Other parts of the process (tests' clients) look for a process-wide provider: ring,
     // as here. A second install fails harmlessly.
     let _ = rustls::crypto::ring::default_provider().install_default();

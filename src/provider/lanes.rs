@@ -61,7 +61,7 @@ pub const MAX_LANES: usize = 32;
 const OVERFLOW: &str = "(overflow)";
 
 /// Upstreams with lanes of their own at most (one per distinct route base URL).
-const MAX_UPSTREAMS: usize = 1024;
+pub(crate) const MAX_UPSTREAMS: usize = 1024;
 
 type LaneClient = Client<ReadsStreamLimit<Connector>, RequestBody>;
 

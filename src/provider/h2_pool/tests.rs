@@ -31,6 +31,12 @@ enum Behaviour {
     Flood,
     /// Sends a head and never ends the body; tells `resets` how each stream was reset.
     Hold,
+    /// Holds the first stream and, as it takes it, starts a graceful shutdown (GOAWAY);
+    /// answers the rest (the connection stays open while the first is held).
+    GoAwayWhileHolding,
+    /// Answers the first stream; takes the second, reads its request, then drops the
+    /// connection with no answer and no GOAWAY (a crash after the request arrived).
+    DropAfterSecondRequest,
 }
 
 struct Server {
@@ -62,6 +68,27 @@ impl Server {
                     while let Some(Ok((request, respond))) = conn.accept().await {
                         let n = seen.fetch_add(1, Ordering::SeqCst);
                         let one_only = matches!(behaviour, Behaviour::OnePerConnection);
+                        if matches!(behaviour, Behaviour::GoAwayWhileHolding) && n == 0 {
+                            // Before the stream's head is queued, so the GOAWAY goes out first.
+                            conn.graceful_shutdown();
+                        }
+                        if matches!(behaviour, Behaviour::DropAfterSecondRequest) && n == 1 {
+                            let (read_tx, read) = tokio::sync::oneshot::channel();
+                            tokio::spawn(async move {
+                                let mut body = request.into_body();
+                                while let Some(Ok(_)) = body.data().await {}
+                                let _ = read_tx.send(());
+                                // Held so no reset goes out before the connection drops.
+                                std::future::pending::<()>().await;
+                                drop(respond);
+                            });
+                            // Drive the connection until the request is read, then drop it.
+                            tokio::select! {
+                                _ = read => {}
+                                _ = conn.accept() => {}
+                            }
+                            break;
+                        }
                         tokio::spawn(serve(behaviour, n, request, respond, reset_tx.clone()));
                         if one_only {
                             // Let the answer out, then drop the socket with no GOAWAY.
@@ -84,6 +111,15 @@ impl Server {
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+}
+
+/// Whether the server holds stream `n` open.
+fn behaviour_holds(behaviour: Behaviour, n: usize) -> bool {
+    match behaviour {
+        Behaviour::Hold => true,
+        Behaviour::GoAwayWhileHolding => n == 0,
+        _ => false,
     }
 }
 
@@ -111,7 +147,7 @@ async fn serve(
         return;
     };
     match behaviour {
-        Behaviour::Hold => {
+        _ if behaviour_holds(behaviour, n) => {
             if let Ok(reason) = futures::future::poll_fn(|cx| send.poll_reset(cx)).await {
                 let _ = resets.send(reason).await;
             }
@@ -258,4 +294,100 @@ async fn an_idle_connection_closes_after_the_idle_timeout() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     server.closed.recv().await.expect("closed after the timeout");
     assert_eq!(lanes.to(&uri, true), (0, 0));
+}
+
+#[tokio::test]
+async fn a_connection_going_away_is_left_for_a_new_one_while_its_streams_finish() {
+    let server = Server::start(Behaviour::GoAwayWhileHolding).await;
+    let (client, _) = client();
+    let url = server.url("/v1/chat/completions");
+    // The held stream's head comes after the GOAWAY: the client has read it by now.
+    let _held = head(&client, &url).await;
+    // h2 keeps the connection running for the held stream; the next requests are not sent
+    // on it (it refuses them unsent) but on a new connection, the first of them once only.
+    for _ in 0..2 {
+        assert_eq!(text(head(&client, &url).await).await, "data: ok\n\n");
+    }
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 2, "one new connection");
+    assert_eq!(
+        server.streams.load(Ordering::SeqCst),
+        3,
+        "each request reached the server once"
+    );
+}
+
+#[tokio::test]
+async fn a_request_whose_connection_broke_after_it_went_out_is_not_sent_again() {
+    let server = Server::start(Behaviour::DropAfterSecondRequest).await;
+    let (client, _) = client();
+    let url = server.url("/v1/chat/completions");
+    assert_eq!(text(head(&client, &url).await).await, "data: ok\n\n");
+    // The second, on the now reused connection, reaches the server, which then dies: the
+    // server may have acted on it, so it fails instead of going out a second time.
+    let sent = tokio::time::timeout(HANG_GUARD, client.request(post(&url)))
+        .await
+        .expect("an answer or an error");
+    let err = sent.expect_err("the connection died under the request");
+    let e = crate::provider::classify_transport(&*err);
+    assert_eq!(e.class, crate::provider::ErrorClass::Unavailable, "{e}");
+    assert_eq!(
+        server.streams.load(Ordering::SeqCst),
+        2,
+        "the second request went out once"
+    );
+    assert_eq!(
+        server.accepted.load(Ordering::SeqCst),
+        1,
+        "no connection for a second try"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_h2_connect_that_times_out_fails_as_a_timeout() {
+    // An https upstream that takes the connection and never answers the TLS hello.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("addr");
+    let _held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let bound = Duration::from_millis(300);
+    let (connector, _) =
+        crate::provider::client::connector(hyper_util::client::proxy::matcher::Matcher::builder().build());
+    let target: http::Uri = format!("https://{addr}/").parse().expect("uri");
+    let pool = Arc::new(super::H2Pool::new(
+        addr.to_string(),
+        target,
+        false,
+        connector.with_timeout(bound),
+    ));
+    let sent = pool.send(post(&format!("https://{addr}/v1/chat/completions")));
+    let err = match tokio::time::timeout(bound * 10, sent).await {
+        Ok(Err(super::Sending::Failed(err))) => err,
+        Ok(Err(super::Sending::NotH2(_))) => panic!("no TLS handshake finished"),
+        Ok(Ok(_)) => panic!("a silent upstream cannot answer"),
+        Err(_) => panic!("the connect bound did not fire"),
+    };
+    let e = crate::provider::classify_transport(&*err);
+    assert_eq!(e.class, crate::provider::ErrorClass::Timeout, "{e}");
+}
+
+#[tokio::test]
+async fn upstreams_past_the_own_sets_limit_share_the_pooled_overflow_set() {
+    let server = Server::start(Behaviour::Answer).await;
+    let (client, lanes) = client();
+    // Every own set taken by other upstreams (no connection is opened for them).
+    for i in 0..super::super::lanes::MAX_UPSTREAMS {
+        let other: http::Uri = format!("http://upstream-{i}.invalid/").parse().expect("uri");
+        let _ = lanes.to(&other, true);
+    }
+    // This one shares the overflow set, which has no one target: its request goes the
+    // pooled way (h2c by prior knowledge there too), not to a connection of no address.
+    let response = head(&client, &server.url("/v1/chat/completions")).await;
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    assert_eq!(text(response).await, "data: ok\n\n");
 }
