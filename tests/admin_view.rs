@@ -93,8 +93,10 @@ async fn a_drill_takes_a_duration_and_says_how_long_it_lasts() {
     ] {
         let resp = drill(query).await.expect("drill sent");
         assert_eq!(resp.status(), 400, "{query} is refused");
+        assert!(resp.headers().contains_key("x-request-id"), "{query}: no x-request-id");
         let body: Value = resp.json().await.expect("a JSON error");
-        let message = body["error"].as_str().unwrap_or_default();
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(body["error"]["code"], "bad_request", "{body}");
         assert!(message.contains(named), "{query}: the error names {named}: {body}");
     }
     let resp = drill("?ms=60000").await.expect("drill sent");

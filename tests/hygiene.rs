@@ -336,6 +336,39 @@ async fn unknown_paths_and_wrong_methods_get_json_in_the_dialect_with_a_request_
         .await
         .expect("sent");
     assert_ne!(resp.status(), 200, "a handler's own answers pass through");
+    assert!(resp.headers().contains_key("x-request-id"), "and get a request id");
+    let json: Value = resp.json().await.expect("JSON");
+    assert!(
+        json["error"]["message"].is_string(),
+        "OpenAI shape for admin errors too: {json}"
+    );
+
+    // A handler's own JSON refusal (a resumable stream that does not exist) gets the id too.
+    let resp = get("/v1/streams/nope/events").await.expect("sent");
+    assert_eq!(resp.status(), 404, "no such stream");
+    assert_eq!(resp.headers()["x-request-id"], "rid-7", "request id");
+
+    // A plain GET on the WebSocket path is not a handshake: a JSON error, not axum's text.
+    let resp = get("/v1/ws").await.expect("sent");
+    assert_eq!(resp.status(), 400, "not a handshake");
+    assert_eq!(resp.headers()["x-request-id"], "rid-7", "request id");
+    let json: Value = resp.json().await.expect("JSON");
+    assert_eq!(json["code"], "not_a_websocket_handshake", "native shape: {json}");
+    let resp = client()
+        .get(server.url("/v1/ws"))
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("sec-websocket-version", "8")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status(), 426, "a version other than 13");
+    assert_eq!(
+        resp.headers()["sec-websocket-version"],
+        "13",
+        "the version spoken is named"
+    );
 }
 
 /// Starts a server whose accepted sockets have a small kernel send buffer (they inherit the

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use axum::routing::future::RouteFuture;
 use axum::Router;
@@ -252,12 +252,18 @@ impl Refusals {
     /// axum answers an unknown path (404), a wrong method (405) and an over-limit body (413)
     /// with an empty or plain-text body; clients of every dialect parse JSON errors, so those
     /// become JSON in the path's dialect, with `x-request-id`. Answers a handler wrote as JSON
-    /// (e.g. a drill on an unknown route) pass through untouched.
-    fn into_json(self, response: Response) -> Response {
+    /// (e.g. a drill on an unknown route) keep their body. Every refusal (4xx, 5xx) a handler
+    /// wrote without `x-request-id` gets one, so any error a client reports can be found in
+    /// the logs.
+    fn into_json(self, mut response: Response) -> Response {
         let refusal = match response.status() {
             StatusCode::NOT_FOUND => EdgeRefusal::NotFound,
             StatusCode::METHOD_NOT_ALLOWED => EdgeRefusal::MethodNotAllowed,
             StatusCode::PAYLOAD_TOO_LARGE => EdgeRefusal::TooLarge { limit: self.max_bytes },
+            status if status.is_client_error() || status.is_server_error() => {
+                self.mark(&mut response);
+                return response;
+            }
             _ => return response,
         };
         let is_json = response
@@ -266,12 +272,12 @@ impl Refusals {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
         if is_json {
+            self.mark(&mut response);
             return response;
         }
-        let id = self
-            .client_id
-            .unwrap_or_else(|| RequestCtx::new(self.dialect).request_id);
-        let mut json = render(refusal, self.dialect, &id);
+        let dialect = self.dialect;
+        let id = self.id();
+        let mut json = render(refusal, dialect, &id);
         // Keep what the original said besides its body: `allow` on a 405, CORS headers.
         for (name, value) in response.headers() {
             if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH && !json.headers().contains_key(name) {
@@ -280,4 +286,22 @@ impl Refusals {
         }
         json
     }
+
+    /// The client's request id, or a fresh one.
+    fn id(self) -> String {
+        self.client_id
+            .unwrap_or_else(|| RequestCtx::new(self.dialect).request_id)
+    }
+
+    /// Gives `response` an `x-request-id` if its handler wrote none.
+    fn mark(self, response: &mut Response) {
+        if response.headers().contains_key(X_REQUEST_ID) {
+            return;
+        }
+        if let Ok(id) = HeaderValue::from_str(&self.id()) {
+            response.headers_mut().insert(X_REQUEST_ID, id);
+        }
+    }
 }
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

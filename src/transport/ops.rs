@@ -28,7 +28,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::transport::{auth, AppState};
+use crate::transport::error::ErrorReply;
+use crate::transport::{auth, openai, AppState};
+use crate::types::{Dialect, ErrorClass};
 
 mod exposition;
 mod memory;
@@ -140,10 +142,14 @@ async fn drill(
     let requested = match query {
         Ok(Query(DrillQuery { ms: Some(ms) })) if (1..=MAX_DRILL_MS).contains(&ms) => Some(Duration::from_millis(ms)),
         Ok(Query(DrillQuery { ms: Some(_) })) => {
-            return bad_request(format!("drill: ms must be 1..={MAX_DRILL_MS} (milliseconds)"));
+            let message = format!("drill: ms must be 1..={MAX_DRILL_MS} (milliseconds)");
+            return ops_error(400, ErrorClass::BadRequest, "bad_request", message, &headers);
         }
         Ok(Query(DrillQuery { ms: None })) => None,
-        Err(rejection) => return bad_request(format!("drill: {} (the only key is ms)", rejection.body_text())),
+        Err(rejection) => {
+            let message = format!("drill: {} (the only key is ms)", rejection.body_text());
+            return ops_error(400, ErrorClass::BadRequest, "bad_request", message, &headers);
+        }
     };
     let now = Instant::now();
     match memory.start_drill(state.gateway.health(), &name, requested, now) {
@@ -157,16 +163,26 @@ async fn drill(
             }))
             .into_response()
         }
-        None => (
-            StatusCode::NOT_FOUND,
-            Json(json!({"error": format!("no route named {name:?}")})),
-        )
-            .into_response(),
+        None => ops_error(
+            404,
+            ErrorClass::NotFound,
+            "route_not_found",
+            format!("no route named {name:?}"),
+            &headers,
+        ),
     }
 }
 
-fn bad_request(message: String) -> Response {
-    (StatusCode::BAD_REQUEST, Json(json!({ "error": message }))).into_response()
+/// An operations endpoint's refusal, in OpenAI's error shape like the API's own (`message`,
+/// `type`, `code`), with the caller's `x-request-id` or a fresh one.
+fn ops_error(status: u16, class: ErrorClass, code: &'static str, message: String, headers: &HeaderMap) -> Response {
+    let reply = ErrorReply {
+        status,
+        class,
+        code: Some(code),
+        ..ErrorReply::bad_request(message)
+    };
+    openai::error_response(&reply, &crate::server::request_id(headers, Dialect::OpenAi))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -235,23 +251,18 @@ fn admin_gate(state: &AppState, headers: &HeaderMap, needed: bool, what: &str) -
         } else {
             ""
         };
-        return Some(
-            (
-                StatusCode::FORBIDDEN,
-                Json(json!({"error": format!("{what} are off: set server.admin_token_env{hint}")})),
-            )
-                .into_response(),
-        );
+        let message = format!("{what} are off: set server.admin_token_env{hint}");
+        return Some(ops_error(403, ErrorClass::Auth, "admin_off", message, headers));
     };
     match auth::admin_bearer(headers) {
         Some(given) if auth::same_secret(given, &expected) => None,
-        _ => Some(
-            (
-                StatusCode::UNAUTHORIZED,
-                Json(json!({"error": "bad or missing admin token (Authorization: Bearer <token>)"})),
-            )
-                .into_response(),
-        ),
+        _ => Some(ops_error(
+            401,
+            ErrorClass::Auth,
+            "bad_admin_token",
+            "bad or missing admin token (Authorization: Bearer <token>)".to_string(),
+            headers,
+        )),
     }
 }
 

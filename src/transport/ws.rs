@@ -14,9 +14,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::Response;
 use axum::Extension;
 use futures::SinkExt;
@@ -40,8 +41,12 @@ pub async fn upgrade(
     conn: Option<Extension<crate::server::ConnPermit>>,
     headers: HeaderMap,
     uri: Uri,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => return handshake_refused(&rejection),
+    };
     let origin = headers.get(header::ORIGIN).map(|v| v.to_str().unwrap_or("\u{fffd}"));
     let server = &state.config.server;
     if !origin_allowed(origin, &origins) {
@@ -194,6 +199,25 @@ fn slots(state: &AppState, caller: super::auth::Caller) -> session::Slots {
 /// controls as well as its Origin.
 pub fn origin_allowed(origin: Option<&str>, origins: &Origins) -> bool {
     origin.is_none_or(|o| origins.allows(o))
+}
+
+/// A request to the socket's path that is not a WebSocket handshake we take, as the native
+/// dialect's JSON error (axum's own answer is plain text). A version other than 13 is a
+/// 426 naming the one spoken (RFC 6455 §4.4).
+fn handshake_refused(rejection: &WebSocketUpgradeRejection) -> Response {
+    let mut headers = HeaderMap::new();
+    let mut status = rejection.status().as_u16();
+    if matches!(rejection, WebSocketUpgradeRejection::InvalidWebSocketVersionHeader(_)) {
+        status = 426;
+        headers.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+    }
+    let reply = ErrorReply {
+        status,
+        code: Some("not_a_websocket_handshake"),
+        ..ErrorReply::bad_request(format!("not a WebSocket handshake: {}", rejection.body_text()))
+    };
+    let body = ServerMessage::from_reply(None, &reply).to_json();
+    json_response(status, headers, body.into_bytes())
 }
 
 #[cfg(test)]
