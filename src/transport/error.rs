@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use crate::gateway::GatewayError;
 use crate::provider::redact;
 use crate::types::{Envelope, ErrorClass, ErrorEvent};
+use serde_json::Value;
 
 /// A request body the dialect could not turn into a `ChatRequest`. Always a 400.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -60,6 +61,52 @@ impl DecodeError {
         }
     }
 
+    /// As `from_json`, naming the field at fault as `param` (`temperature`,
+    /// `messages[0].content`; `messages.0.content` in `Style::Dotted`). The body is decoded
+    /// as `T` once more, tracking the path, only after the fast decode failed.
+    pub fn from_json_in<'de, T, D>(e: serde_json::Error, again: D, style: PathStyle) -> Self
+    where
+        T: serde::Deserialize<'de>,
+        D: serde::Deserializer<'de, Error = serde_json::Error>,
+    {
+        DecodeError::located::<T, D>(e, again, style, "")
+    }
+
+    /// Decodes `T` from `value`, found at `at` in the request (`messages[2]`); an error names
+    /// the field inside it (`messages[2].role`).
+    pub fn decode_at<T: serde::de::DeserializeOwned>(value: &Value, at: &str, style: PathStyle) -> Result<T, Self> {
+        T::deserialize(value).map_err(|e| DecodeError::located::<T, _>(e, value, style, at))
+    }
+
+    fn located<'de, T, D>(e: serde_json::Error, again: D, style: PathStyle, at: &str) -> Self
+    where
+        T: serde::Deserialize<'de>,
+        D: serde::Deserializer<'de, Error = serde_json::Error>,
+    {
+        if !matches!(e.classify(), serde_json::error::Category::Data) {
+            return DecodeError::from_json(e);
+        }
+        let (inner, param) = match serde_path_to_error::deserialize::<_, T>(again) {
+            Err(tracked) => {
+                let param = style.render(at, Some(tracked.path()));
+                (tracked.into_inner(), param)
+            }
+            // Not reproduced (cannot happen: the same input): the first error, at `at`.
+            Ok(_) => (e, style.render(at, None)),
+        };
+        let Some(param) = param else {
+            return DecodeError::from_json(inner);
+        };
+        let text = plain_json_error(&inner);
+        // Where in the body is said by the field's name now, not a line and column.
+        let text = text.rfind(" at line ").map_or(text.as_str(), |at| &text[..at]);
+        let message = match style {
+            PathStyle::Brackets => format!("invalid '{param}': {text}"),
+            PathStyle::Dotted => format!("{param}: {text}"),
+        };
+        DecodeError::new(param, message)
+    }
+
     /// A request body must be one JSON object: serde would also read a struct from an array
     /// of its fields in order (`["chat", [...]]`), which no client means.
     pub fn require_object(body: &[u8]) -> Result<(), DecodeError> {
@@ -71,6 +118,44 @@ impl DecodeError {
             // Not JSON at all: the decoder says where.
             Some(_) => Ok(()),
         }
+    }
+}
+
+/// How a dialect names a field inside the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathStyle {
+    /// OpenAI's: `messages[0].content`.
+    Brackets,
+    /// Anthropic's: `messages.0.content`.
+    Dotted,
+}
+
+impl PathStyle {
+    /// The field `path` names below `at` (the request itself when empty), or `None` when
+    /// both are empty (the body itself is at fault).
+    fn render(self, at: &str, path: Option<&serde_path_to_error::Path>) -> Option<String> {
+        use serde_path_to_error::Segment;
+        let mut out = at.to_string();
+        for segment in path.into_iter().flatten() {
+            match (segment, self) {
+                (Segment::Seq { index }, PathStyle::Brackets) => out.push_str(&format!("[{index}]")),
+                (Segment::Seq { index }, PathStyle::Dotted) => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(&index.to_string());
+                }
+                (Segment::Map { key }, _) | (Segment::Enum { variant: key }, _) => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(key);
+                }
+                // An untagged or otherwise unnamed step: the path so far is all we know.
+                (Segment::Unknown, _) => break,
+            }
+        }
+        (!out.is_empty()).then_some(out)
     }
 }
 

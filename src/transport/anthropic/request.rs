@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::transport::error::DecodeError;
+use crate::transport::error::{DecodeError, PathStyle};
 use crate::types::{ChatRequest, ContentPart, Message, Role, Sampling, ToolCall, ToolChoice, ToolSpec};
 
 #[derive(Debug, Default, Deserialize)]
@@ -45,7 +45,10 @@ struct RawTool {
 /// (`messages.0.content.1`).
 pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
     DecodeError::require_object(body)?;
-    let raw: RawRequest = serde_json::from_slice(body).map_err(DecodeError::from_json)?;
+    let raw: RawRequest = serde_json::from_slice(body).map_err(|e| {
+        let again = &mut serde_json::Deserializer::from_slice(body);
+        DecodeError::from_json_in::<RawRequest, _>(e, again, PathStyle::Dotted)
+    })?;
     let model = raw
         .model
         .filter(|m| !m.trim().is_empty())
@@ -146,8 +149,7 @@ fn block_type(block: &Value) -> &str {
 /// block must hold text.
 fn turn(i: usize, value: Value, last: bool, out: &mut Vec<Message>) -> Result<(), DecodeError> {
     let at = format!("messages.{i}");
-    let raw: RawMessage =
-        serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("{at}: {e}")))?;
+    let raw: RawMessage = DecodeError::decode_at(&value, &at, PathStyle::Dotted)?;
     let role = match raw.role.as_str() {
         "user" => Role::User,
         "assistant" => Role::Assistant,
@@ -334,7 +336,7 @@ fn tool_result_block(block: Value, at: &str) -> Result<Message, DecodeError> {
 
 fn tool(i: usize, value: Value) -> Result<ToolSpec, DecodeError> {
     let at = format!("tools.{i}");
-    let raw: RawTool = serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("{at}: {e}")))?;
+    let raw: RawTool = DecodeError::decode_at(&value, &at, PathStyle::Dotted)?;
     if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "custom") {
         return Err(DecodeError::new(
             at.clone(),
@@ -391,6 +393,17 @@ mod tests {
 
     fn minimal() -> Value {
         json!({"model": "chat", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]})
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_the_way_anthropic_names_fields() {
+        let e = decode(json!({"model": "chat", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": 5}]}))
+            .expect_err("a number for content");
+        assert_eq!(e.param.as_deref(), Some("messages.1.content"), "{e:?}");
+        let mut v = minimal();
+        v["max_tokens"] = json!("x");
+        let e = decode(v).expect_err("a string max_tokens");
+        assert_eq!(e.param.as_deref(), Some("max_tokens"), "{e:?}");
     }
 
     fn with(field: &str, value: Value) -> Value {

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::transport::error::DecodeError;
+use crate::transport::error::{DecodeError, PathStyle};
 
 mod tools;
 use crate::types::{ChatRequest, ContentPart, Message, Role, Sampling, ToolCall};
@@ -70,7 +70,10 @@ struct RawFunctionCall {
 /// values (`n > 1`, unknown roles or parts) are client errors.
 pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
     DecodeError::require_object(body)?;
-    let raw: RawRequest = serde_json::from_slice(body).map_err(DecodeError::from_json)?;
+    let raw: RawRequest = serde_json::from_slice(body).map_err(|e| {
+        let again = &mut serde_json::Deserializer::from_slice(body);
+        DecodeError::from_json_in::<RawRequest, _>(e, again, PathStyle::Brackets)
+    })?;
     from_raw(raw)
 }
 
@@ -79,12 +82,8 @@ pub fn decode_value(value: Value) -> Result<ChatRequest, DecodeError> {
     if !value.is_object() {
         return Err(DecodeError::body("the request must be a JSON object"));
     }
-    let raw: RawRequest = serde_json::from_value(value).map_err(|e| {
-        DecodeError::body(format!(
-            "invalid request: {}",
-            super::super::error::plain_json_error(&e)
-        ))
-    })?;
+    let raw = RawRequest::deserialize(&value)
+        .map_err(|e| DecodeError::from_json_in::<RawRequest, _>(e, &value, PathStyle::Brackets))?;
     from_raw(raw)
 }
 
@@ -157,8 +156,7 @@ fn from_raw(raw: RawRequest) -> Result<ChatRequest, DecodeError> {
 
 fn message(i: usize, value: Value) -> Result<Message, DecodeError> {
     let at = format!("messages[{i}]");
-    let raw: RawMessage =
-        serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("invalid {at}: {e}")))?;
+    let raw: RawMessage = DecodeError::decode_at(&value, &at, PathStyle::Brackets)?;
     let role = match raw.role.as_str() {
         "system" | "developer" => Role::System,
         "user" => Role::User,
@@ -692,6 +690,22 @@ mod tests {
         assert!(e.message.contains("must be a JSON object"), "message: {}", e.message);
         let e = decode(with("temperature", json!("hot"))).expect_err("wrong type fails");
         assert!(e.message.contains("invalid type"), "message: {}", e.message);
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_by_its_place_in_the_request() {
+        let e = decode(with("temperature", json!("hot"))).expect_err("a string temperature");
+        assert_eq!(e.param.as_deref(), Some("temperature"), "{e:?}");
+        assert!(!e.message.contains("line 1"), "the field, not a column: {}", e.message);
+        let e = decode(json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}, {"role": 7}]}))
+            .expect_err("a number for a role");
+        assert_eq!(e.param.as_deref(), Some("messages[1].role"), "{e:?}");
+        // The same from an embedded request (WebSocket, query string).
+        let e = decode_value(with("max_tokens", json!(-1))).expect_err("a negative max_tokens");
+        assert_eq!(e.param.as_deref(), Some("max_tokens"), "{e:?}");
+        // A body that is not JSON keeps its own message, with no param.
+        let e = decode_request(b"{\"model\": \"chat\",}").expect_err("a trailing comma");
+        assert_eq!(e.param, None, "{e:?}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::transport::error::DecodeError;
+use crate::transport::error::{DecodeError, PathStyle};
 use crate::types::{ResponseFormat, ToolChoice, ToolSpec};
 
 #[derive(Debug, Deserialize)]
@@ -25,8 +25,7 @@ struct RawFunction {
 
 pub(super) fn tool(i: usize, value: Value) -> Result<ToolSpec, DecodeError> {
     let at = format!("tools[{i}]");
-    let raw: RawTool =
-        serde_json::from_value(value).map_err(|e| DecodeError::new(at.clone(), format!("invalid {at}: {e}")))?;
+    let raw: RawTool = DecodeError::decode_at(&value, &at, PathStyle::Brackets)?;
     if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "function") {
         return Err(DecodeError::new(
             at.clone(),
