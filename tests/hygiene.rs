@@ -543,3 +543,42 @@ fn tally(resps: Vec<reqwest::Response>, open: &mut Vec<reqwest::Response>) -> us
     }
     ok
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_http1_1_request_with_no_host_or_two_is_refused_and_the_connection_closed() {
+    let server = start(&with_server("", "")).await;
+    let body = r#"{"model":"chat","messages":[{"role":"user","content":"hi"}]}"#;
+    let requests = [
+        (format!("POST /v1/chat/completions HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len()), 0),
+        (format!("POST /v1/messages HTTP/1.1\r\nHost: a\r\nHost: b\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len()), 2),
+    ];
+    for (request, count) in requests {
+        let mut conn = connect_and_send(server.addr, request.as_bytes());
+        let reply = read_until_closed(&mut conn, Duration::from_secs(60))
+            .await
+            .expect("answered and closed");
+        let raw = parse(&reply);
+        assert_eq!(raw.status, 400, "{count} Host lines: {}", raw.head);
+        assert!(raw.head.contains("connection: close"), "{}", raw.head);
+        assert!(raw.head.contains("x-request-id: "), "{}", raw.head);
+        let json = json_of(&raw.body);
+        let code = if count == 0 {
+            &json["error"]["code"]
+        } else {
+            &json["error"]["type"]
+        };
+        let expected = if count == 0 {
+            "bad_host"
+        } else {
+            "invalid_request_error"
+        };
+        assert_eq!(code, expected, "in the path's dialect: {json}");
+        assert!(json.to_string().contains(&format!("has {count}")), "{json}");
+    }
+    // HTTP/1.0 may go without one.
+    let mut conn = connect_and_send(server.addr, b"GET /healthz HTTP/1.0\r\n\r\n");
+    let reply = read_until_closed(&mut conn, Duration::from_secs(60))
+        .await
+        .expect("answered and closed");
+    assert_eq!(parse(&reply).status, 200);
+}

@@ -4,8 +4,11 @@
 //! One service with a future of its own instead of a stack of `from_fn` layers on the router:
 //! each of those boxed a future and cloned the boxed routes beneath it on every request.
 //! Order for an API request (every path but the two pages), outermost first:
-//! 0. the header-size limit (`head_limit`, every path): a JSON 431 before anything runs;
-//! 1. the refusals (`Refusals`): a bare 404, 405 or 413 from anything inside becomes JSON;
+//! 0. the header-size limit (`head_limit`, every path): a JSON 431 before anything runs,
+//!    then the Host rule (`host`): a JSON 400 for an HTTP/1.1 request with no Host or any
+//!    with two;
+//! 1. the refusals (`Refusals`): a bare 404, 405 or 413 from anything inside becomes JSON,
+//!    and any refusal without `x-request-id` gets one;
 //! 2. the origin guard (`transport::cors::guard`): a 403 before anything else runs, so a
 //!    refused origin's body is never read;
 //! 3. tower-http's CORS service (preflights; `Access-Control-Allow-Origin` on every answer,
@@ -35,8 +38,8 @@ use tower_http::cors::{Cors, ResponseFuture as CorsFuture};
 use tower_service::Service;
 
 use super::body::{BodyLimits, BodyReader};
-use super::head_limit;
 use super::reply::{client_request_id, dialect_of, render, request_id, EdgeRefusal};
+use super::{head_limit, host};
 use crate::transport::cors::{self, Origins};
 use crate::transport::{self, AppState};
 use crate::types::{Dialect, RequestCtx};
@@ -129,6 +132,16 @@ impl Edge {
             };
             return EdgeFuture::Refused {
                 response: Some(render(refusal, dialect, &request_id(request.headers(), dialect))),
+            };
+        }
+        if let Some(count) = host::refused_host_count(request.version(), request.headers()) {
+            let dialect = dialect_of(path);
+            return EdgeFuture::Refused {
+                response: Some(render(
+                    EdgeRefusal::BadHost { count },
+                    dialect,
+                    &request_id(request.headers(), dialect),
+                )),
             };
         }
         let refusals = Some(Refusals {

@@ -48,6 +48,7 @@ mod body;
 mod conn;
 mod head;
 mod head_limit;
+mod host;
 mod reply;
 mod sniff;
 

@@ -1,4 +1,4 @@
-//! The edge's own refusals (404, 405, 408, 413, 431) as JSON in the caller's dialect, chosen by
+//! The edge's own refusals (400 for a bad Host, 404, 405, 408, 413, 431) as JSON in the caller's dialect, chosen by
 //! path: the Anthropic shape under `/v1/messages`, the native one under `/v1/stream`, the
 //! OpenAI shape everywhere else. Each carries `x-request-id`.
 
@@ -25,6 +25,10 @@ pub enum EdgeRefusal {
     /// The request's header fields are over `max_header_bytes` (`head_limit`).
     HeadersTooLarge {
         limit: usize,
+    },
+    /// An HTTP/1.1 request with no Host header, or a request with more than one (`host`).
+    BadHost {
+        count: usize,
     },
 }
 
@@ -67,6 +71,12 @@ impl EdgeRefusal {
                 "headers_too_large",
                 format!("request headers exceed the {limit}-byte limit (server.max_header_bytes)"),
             ),
+            EdgeRefusal::BadHost { count } => (
+                400,
+                ErrorClass::BadRequest,
+                "bad_host",
+                format!("a request must carry exactly one Host header (RFC 9112 section 3.2); this one has {count}"),
+            ),
         };
         ErrorReply {
             status,
@@ -84,6 +94,7 @@ impl EdgeRefusal {
                 | EdgeRefusal::TooLarge { .. }
                 | EdgeRefusal::BodyUnreadable
                 | EdgeRefusal::HeadersTooLarge { .. }
+                | EdgeRefusal::BadHost { .. }
         )
     }
 }
