@@ -326,6 +326,11 @@ async fn a_stream_started_on_one_instance_resumes_on_the_other_exactly_once() {
             .contains(&token),
         "Redis keeps the token's hash, not the token"
     );
+    // Once its events expired (its record outlives them), the stream is gone on every
+    // instance whatever position the reader asks for, as on the owner: 410, not a 204.
+    redis.command(&format!("DEL tailcut:replay:{id}"));
+    let expired = Reader::get(&two, &events_url, Some(terminal)).await;
+    assert_eq!(expired.status, 410, "expired, read at its terminal event");
 
     // A DELETE on the other instance cancels a stream the owner runs.
     let (slow_id, slow_url, slow_token) = one.open_stream("slow").await;
@@ -354,6 +359,11 @@ async fn with_redis_killed_both_instances_keep_serving_and_share_again_after_it_
     for instance in [&one, &two] {
         wait_until(instance, "/readyz", "redis reachable", |t| t == "ready").await;
     }
+
+    // A stream that runs through the outage, a reader on its owner keeping it attached.
+    let (_, through_url, _) = one.open_stream("slow").await;
+    let mut through_reader = Reader::get(&one, &through_url, None).await;
+    through_reader.next().await.expect("the stream started");
 
     redis.kill();
     for instance in [&one, &two] {
@@ -385,6 +395,26 @@ async fn with_redis_killed_both_instances_keep_serving_and_share_again_after_it_
         wait_until(instance, "/readyz", "redis reachable again", |t| t == "ready").await;
         wait_until(instance, "/metrics", "tailcut_redis_up 1", |m| redis_up(m) == Some(1.0)).await;
     }
+    // Redis came back empty: the owner writes the running stream's record again, so the other
+    // instance finds it instead of a 404; its events from before are lost, and it says so.
+    let mut elsewhere = None;
+    for _ in 0..100 {
+        let reader = Reader::get(&two, &through_url, None).await;
+        if reader.status != 404 {
+            elsewhere = Some(reader);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut elsewhere = elsewhere.expect("the record of the running stream is written again");
+    assert_eq!(elsewhere.status, 200, "served from Redis");
+    let first = elsewhere.next().await.expect("an answer");
+    assert_eq!(first.name, "error", "{first:?}");
+    assert_eq!(
+        first.data["code"], "resume_gap",
+        "the events before the restart are gone: {first:?}"
+    );
+    drop(through_reader);
     let (_, events_url, _) = one.open_stream("chat").await;
     let mut owner = Reader::get(&one, &events_url, None).await;
     let head = vec![owner.next().await.expect("event"), owner.next().await.expect("event")];

@@ -85,13 +85,18 @@ struct Tracked {
     /// by the writer: the poller writes the end instead.
     lost: Arc<AtomicBool>,
     remote: bool,
+    /// The record's fields, written again by the poller when Redis lost the record (it
+    /// restarted empty, or the open's write was dropped): else other instances answer 404
+    /// for a stream that runs.
+    token_hash: Arc<str>,
+    request_id: Arc<str>,
 }
 
 enum Write {
     Open {
         id: String,
-        token_hash: String,
-        request_id: String,
+        token_hash: Arc<str>,
+        request_id: Arc<str>,
     },
     Event {
         keys: Arc<Keys>,
@@ -193,10 +198,11 @@ impl SharedReplay {
     /// Starts sharing a new stream: queues its record and tracks it for the poller.
     pub fn open(&self, id: &str, token: &str, request_id: &str, owner: Weak<dyn Owner>) -> Mirror {
         let lost = Arc::new(AtomicBool::new(false));
+        let (hash, request): (Arc<str>, Arc<str>) = (token_hash(token).into(), request_id.into());
         let open = Write::Open {
             id: id.to_string(),
-            token_hash: token_hash(token),
-            request_id: request_id.to_string(),
+            token_hash: Arc::clone(&hash),
+            request_id: Arc::clone(&request),
         };
         if self.queue.try_send(open).is_err() {
             lost.store(true, Ordering::Relaxed);
@@ -207,6 +213,8 @@ impl SharedReplay {
                 owner,
                 lost: Arc::clone(&lost),
                 remote: false,
+                token_hash: hash,
+                request_id: request,
             },
         );
         Mirror {

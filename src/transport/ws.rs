@@ -2,6 +2,7 @@
 //! upgrades with bounded frame and buffer sizes, and runs one session per socket (protocol in
 //! docs/ws-protocol.md).
 
+mod controls;
 mod history;
 mod outbox;
 mod protocol;

@@ -10,6 +10,10 @@ use tokio::sync::mpsc;
 use super::{ms, Keys, Owner, SharedReplay, Write, GONE_KEEP, POLL, RUNNING_TTL, WRITE_BATCH};
 use crate::shared::Shared;
 
+/// A running stream as one poll sees it: id, owner, whether a remote reader was attached,
+/// and its record's token hash and request id.
+type Polled = (String, Arc<dyn Owner>, bool, [Arc<str>; 2]);
+
 impl SharedReplay {
     /// Adds one batch of writes to `pipe`; returns the streams whose terminal it writes.
     fn add_writes(&self, pipe: &mut redis::Pipeline, batch: &mut Vec<Write>) -> Vec<String> {
@@ -26,8 +30,8 @@ impl SharedReplay {
                     pipe.hset_multiple(
                         &meta,
                         &[
-                            ("token", token_hash.as_str()),
-                            ("request", request_id.as_str()),
+                            ("token", &*token_hash),
+                            ("request", &*request_id),
                             ("owner", self.shared.instance()),
                             ("state", "running"),
                         ],
@@ -90,7 +94,7 @@ impl SharedReplay {
     /// One poll of every running stream: cancels, remote readers, TTLs; and the end of a
     /// stream whose terminal write was dropped.
     async fn poll(&self) {
-        let mut snapshot: Vec<(String, Arc<dyn Owner>, bool)> = Vec::new();
+        let mut snapshot: Vec<Polled> = Vec::new();
         let mut ended: Vec<(String, u64)> = Vec::new();
         {
             let mut running = self.running.lock();
@@ -102,7 +106,8 @@ impl SharedReplay {
                         return false;
                     }
                 }
-                snapshot.push((id.clone(), owner, t.remote));
+                let record = [Arc::clone(&t.token_hash), Arc::clone(&t.request_id)];
+                snapshot.push((id.clone(), owner, t.remote, record));
                 true
             });
         }
@@ -110,13 +115,13 @@ impl SharedReplay {
             return;
         }
         let mut pipe = redis::pipe();
-        for (id, _, _) in &snapshot {
+        for (id, ..) in &snapshot {
+            // The record's PEXPIRE answers whether it still exists.
             pipe.exists(self.cancel_key(id))
                 .exists(self.readers_key(id))
                 .pexpire(self.key(id), ms(RUNNING_TTL) as i64)
                 .ignore()
-                .pexpire(self.meta_key(id), ms(RUNNING_TTL) as i64)
-                .ignore();
+                .pexpire(self.meta_key(id), ms(RUNNING_TTL) as i64);
         }
         let keep = ms(self.keep_after_done);
         for (id, last) in &ended {
@@ -139,8 +144,30 @@ impl SharedReplay {
         else {
             return;
         };
-        for ((id, owner, was_remote), pair) in snapshot.iter().zip(flags.chunks(2)) {
-            let (cancelled, remote) = (pair.first() == Some(&true), pair.get(1) == Some(&true));
+        let mut lost_records = redis::pipe();
+        let mut any_lost = false;
+        for ((id, owner, was_remote, record), flags) in snapshot.iter().zip(flags.chunks(3)) {
+            let (cancelled, remote) = (flags.first() == Some(&true), flags.get(1) == Some(&true));
+            if flags.get(2) == Some(&false) {
+                // Written field by field only where missing, and its TTL only where it has
+                // none: the terminal write may have made it anew in the meantime.
+                let meta = self.meta_key(id);
+                for (field, value) in [
+                    ("token", &*record[0]),
+                    ("request", &*record[1]),
+                    ("owner", self.shared.instance()),
+                    ("state", "running"),
+                ] {
+                    lost_records.hset_nx(&meta, field, value).ignore();
+                }
+                lost_records
+                    .cmd("PEXPIRE")
+                    .arg(&meta)
+                    .arg(ms(RUNNING_TTL))
+                    .arg("NX")
+                    .ignore();
+                any_lost = true;
+            }
             if cancelled {
                 owner.cancel();
             }
@@ -150,6 +177,15 @@ impl SharedReplay {
                     t.remote = remote;
                 }
             }
+        }
+        if any_lost {
+            tracing::info!("rewriting the shared records of running streams that Redis lost");
+            let _: Option<()> = self
+                .shared
+                .run("replay_rewrite", |mut c| async move {
+                    lost_records.query_async::<()>(&mut c).await
+                })
+                .await;
         }
     }
 }

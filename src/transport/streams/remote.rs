@@ -48,8 +48,10 @@ pub async fn check_resume(
         record = find(remote, id, token).await?;
     }
     let resume = match record.terminal {
-        Some(terminal) if after == terminal => Resume::Finished,
+        // Its events expired (the record outlives them): gone whatever the position, as
+        // on the owner, which forgets the whole stream at once.
         Some(_) if record.first.is_none() => return Err(Denied::Refused(Refused::Gone)),
+        Some(terminal) if after == terminal => Resume::Finished,
         _ if after > record.newest() => Resume::Ahead { last: record.newest() },
         _ => match record.first {
             Some(first) if after.saturating_add(1) < first => Resume::Gap { first },

@@ -30,6 +30,7 @@ use axum::extract::ws::{close_code, CloseFrame, Message};
 use futures::{Sink, Stream, StreamExt};
 use tokio::time::{interval_at, timeout, Instant, Interval, MissedTickBehavior};
 
+use super::controls::ControlBudget;
 use super::history::Histories;
 use super::outbox::Outbox;
 use super::protocol::{self, ClientMessage};
@@ -119,6 +120,7 @@ pub struct Session<F> {
     registry: Arc<Registry>,
     max_requests: usize,
     missed_pongs: u32,
+    controls: ControlBudget,
     /// Which input is looked at first, turning each time, so that none starves the others.
     turn: u8,
     histories: Histories,
@@ -141,6 +143,7 @@ where
             registry,
             max_requests: MAX_REQUESTS_PER_SOCKET,
             missed_pongs: 0,
+            controls: ControlBudget::new(Instant::now()),
             turn: 0,
             histories: Histories::default(),
             windows: Arc::default(),
@@ -238,6 +241,9 @@ where
                 None,
                 ErrorReply::bad_request("binary frames are not supported; send JSON text frames"),
             ),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) if !self.controls.take(Instant::now()) => {
+                Step::End(Some(close(close_code::POLICY, "too many pings or pongs")))
+            }
             Some(Ok(Message::Pong(_))) => {
                 self.missed_pongs = 0;
                 Step::Continue
@@ -850,6 +856,20 @@ mod tests {
             "closed after two unanswered pings"
         );
         assert_eq!(started.elapsed(), PING_EVERY * 3, "at the third tick");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_flooding_pings_is_closed_as_a_policy_violation() {
+        let h = Harness::start(Vec::<(String, EventStream)>::new(), 16, 4);
+        for _ in 0..=super::super::controls::MAX_CONTROL_FRAMES {
+            if h.to_session.send(Ok(Message::Ping(Default::default()))).await.is_err() {
+                break;
+            }
+        }
+        let close = h.session.await.expect("session task ends cleanly");
+        let close = close.expect("closed with a code");
+        assert_eq!(close.code, close_code::POLICY);
+        assert!(close.reason.as_str().contains("too many pings"), "{:?}", close.reason);
     }
 
     #[tokio::test(start_paused = true)]
