@@ -5,7 +5,9 @@
 //! returns `None`, marks Redis down (`/readyz` says so, `tailcut_redis_up` is 0) and the
 //! caller carries on with what this instance knows. A request never fails because Redis is
 //! down. The next successful operation marks it up again; the connection manager reconnects
-//! on its own, with backoff.
+//! on its own, with backoff. A command Redis answers with an error reply (`OOM` when it is
+//! full under `noeviction`, `READONLY`) also returns `None`, but leaves it up: it is counted
+//! and logged at most once a minute.
 
 pub mod gcra;
 pub mod hints;
@@ -19,7 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::time::Instant;
 
 use crate::config::{redis_host, StateConfig};
 
@@ -36,7 +40,12 @@ pub struct Shared {
     instance: String,
     timeout: Duration,
     host: String,
+    /// When a refused command was last logged.
+    refusal_logged: Mutex<Option<Instant>>,
 }
+
+/// How often a run of refused commands is logged at most.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -81,6 +90,7 @@ impl Shared {
             instance,
             timeout: config.op_timeout,
             host,
+            refusal_logged: Mutex::new(None),
         })))
     }
 
@@ -96,6 +106,13 @@ impl Shared {
             Ok(Ok(value)) => {
                 self.mark(true);
                 Some(value)
+            }
+            Ok(Err(e)) if refused_by_server(&e) => {
+                // Redis answered: it is up, only this command was refused (full under
+                // `noeviction`, a read-only replica). Marking it down here made it flap with
+                // every read that still worked, and log each flip.
+                self.refused(op, e.code().unwrap_or("ERR"));
+                None
             }
             Ok(Err(e)) => {
                 self.failed(op, &format!("{:?}", e.kind()));
@@ -145,6 +162,18 @@ impl Shared {
         self.mark(false);
     }
 
+    /// A command Redis refused: counted, and logged at most once per `REFUSAL_LOG_EVERY`.
+    fn refused(&self, op: &'static str, code: &str) {
+        metrics::counter!(REDIS_ERRORS_TOTAL, "op" => op).increment(1);
+        self.mark(true);
+        let now = Instant::now();
+        let mut last = self.refusal_logged.lock();
+        if last.is_none_or(|at| now.saturating_duration_since(at) >= REFUSAL_LOG_EVERY) {
+            *last = Some(now);
+            tracing::warn!(redis = %self.host, op, code, "redis refused a command: that state is not shared meanwhile");
+        }
+    }
+
     fn mark(&self, up: bool) {
         if self.up.swap(up, Ordering::Relaxed) != up {
             metrics::gauge!(REDIS_UP).set(if up { 1.0 } else { 0.0 });
@@ -153,6 +182,12 @@ impl Shared {
             }
         }
     }
+}
+
+/// Whether Redis itself answered `e` with an error reply (`OOM`, `READONLY`, `MISCONF`, ...):
+/// it is reachable, the command was refused.
+fn refused_by_server(e: &redis::RedisError) -> bool {
+    matches!(e.kind(), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension)
 }
 
 /// A random instance id: 64 bits in hex.
@@ -180,5 +215,23 @@ mod tests {
         assert_eq!(shared.host(), "127.0.0.1:1");
         assert!(!format!("{shared:?}").contains("pw"), "the password is never shown");
         assert_eq!(shared.key("replay:st_1"), "tailcut:replay:st_1");
+    }
+
+    #[tokio::test]
+    async fn a_command_redis_refuses_leaves_it_up() {
+        let redis = testkit::RedisServer::start();
+        let shared = testkit::shared(&redis, "one");
+        assert!(shared.ping().await);
+        // Full, and refusing to evict: writes get OOM, reads still work.
+        assert!(redis.command("CONFIG SET maxmemory-policy noeviction").starts_with("+OK"));
+        assert!(redis.command("CONFIG SET maxmemory 1").starts_with("+OK"));
+        let set = shared
+            .run("test_set", |mut c| async move {
+                redis::cmd("SET").arg("k").arg("v").query_async::<()>(&mut c).await
+            })
+            .await;
+        assert!(set.is_none(), "the write was refused");
+        assert!(shared.is_up(), "Redis answered: it is up, only the write was refused");
+        assert!(shared.ping().await, "and reads work");
     }
 }
