@@ -223,7 +223,9 @@ mod tests {
         let shared = testkit::shared(&redis, "one");
         assert!(shared.ping().await);
         // Full, and refusing to evict: writes get OOM, reads still work.
-        assert!(redis.command("CONFIG SET maxmemory-policy noeviction").starts_with("+OK"));
+        assert!(redis
+            .command("CONFIG SET maxmemory-policy noeviction")
+            .starts_with("+OK"));
         assert!(redis.command("CONFIG SET maxmemory 1").starts_with("+OK"));
         let set = shared
             .run("test_set", |mut c| async move {

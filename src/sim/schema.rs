@@ -14,82 +14,129 @@ use serde_json::{json, Map, Value};
 
 use super::answer::WORDS;
 
-/// Nesting beyond this gets `null`, so a recursive schema still ends.
-const MAX_DEPTH: u32 = 8;
+/// References followed in a row before a recursive schema is ended: past this, each object
+/// gets only its `required` properties and each array only its `minItems`, so a schema that
+/// refers to itself through an optional property or an array ends at once.
+const MAX_REFS: u32 = 8;
+/// Nesting at most (a schema nests less: the edge refuses deeper ones); past it, `null`.
+const MAX_DEPTH: u32 = 128;
+/// Values made for one instance at most; past it, `null`. A valid instance of a schema whose
+/// arrays each need 16 items, nested eight deep, has 16^8 values: no model writes that.
+const MAX_VALUES: usize = 20_000;
 
-/// A value that matches `schema` (looked up against `root` for `$ref`s).
+/// A value that matches `schema` (looked up against `schema` itself for `$ref`s).
 pub(crate) fn instance(schema: &Value, rng: &mut SmallRng) -> Value {
-    value(schema, schema, rng, 0)
+    let mut walk = Walk {
+        root: schema,
+        rng,
+        left: MAX_VALUES,
+    };
+    walk.value(schema, 0, 0)
 }
 
-fn value(schema: &Value, root: &Value, rng: &mut SmallRng, depth: u32) -> Value {
-    if depth > MAX_DEPTH {
-        return Value::Null;
-    }
-    let Some(s) = schema.as_object() else {
-        // `true` (or anything that is not an object) accepts any value.
-        return json!({});
-    };
-    if let Some(target) = s.get("$ref").and_then(Value::as_str).and_then(|r| resolve(root, r)) {
-        return value(target, root, rng, depth + 1);
-    }
-    for key in ["const", "default"] {
-        if let Some(v) = s.get(key) {
-            return v.clone();
+/// One instance being made.
+struct Walk<'a> {
+    root: &'a Value,
+    rng: &'a mut SmallRng,
+    /// Values it may still make.
+    left: usize,
+}
+
+impl Walk<'_> {
+    /// A value for `schema`, `depth` levels down, after `refs` references in a row.
+    fn value(&mut self, schema: &Value, depth: u32, refs: u32) -> Value {
+        if depth > MAX_DEPTH || self.left == 0 {
+            return Value::Null;
         }
-    }
-    for key in ["enum", "examples"] {
-        if let Some(choices) = s.get(key).and_then(Value::as_array).filter(|a| !a.is_empty()) {
-            return choices[rng.random_range(0..choices.len())].clone();
+        self.left -= 1;
+        let Some(s) = schema.as_object() else {
+            // `true` (or anything that is not an object) accepts any value.
+            return json!({});
+        };
+        if let Some(target) = s
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| resolve(self.root, r))
+        {
+            return self.value(target, depth + 1, refs + 1);
         }
-    }
-    for key in ["anyOf", "oneOf", "allOf"] {
-        if let Some(first) = s.get(key).and_then(Value::as_array).and_then(|a| a.first()) {
-            return value(first, root, rng, depth + 1);
-        }
-    }
-    let kind = match s.get("type") {
-        Some(Value::String(t)) => t.as_str(),
-        // A list of types: the first that is not null.
-        Some(Value::Array(ts)) => ts
-            .iter()
-            .filter_map(Value::as_str)
-            .find(|t| *t != "null")
-            .unwrap_or("null"),
-        _ if s.contains_key("properties") => "object",
-        _ if s.contains_key("items") => "array",
-        _ => "object",
-    };
-    match kind {
-        "object" => {
-            let mut out = Map::new();
-            if let Some(props) = s.get("properties").and_then(Value::as_object) {
-                for (name, sub) in props {
-                    out.insert(name.clone(), value(sub, root, rng, depth + 1));
-                }
+        for key in ["const", "default"] {
+            if let Some(v) = s.get(key) {
+                return v.clone();
             }
-            Value::Object(out)
         }
-        "array" => {
-            let min = s.get("minItems").and_then(Value::as_u64).unwrap_or(1).max(1);
-            let max = s.get("maxItems").and_then(Value::as_u64).unwrap_or(min.max(2));
-            let n = rng.random_range(min..=max.max(min)).min(16);
-            let items = s.get("items").cloned().unwrap_or(Value::Bool(true));
-            Value::Array((0..n).map(|_| value(&items, root, rng, depth + 1)).collect())
+        for key in ["enum", "examples"] {
+            if let Some(choices) = s.get(key).and_then(Value::as_array).filter(|a| !a.is_empty()) {
+                return choices[self.rng.random_range(0..choices.len())].clone();
+            }
         }
-        "string" => Value::String(string(s, rng)),
-        "integer" => {
-            let (lo, hi) = bounds(s, 0.0, 100.0);
-            let (lo, hi) = (lo.ceil() as i64, hi.floor() as i64);
-            json!(if lo <= hi { rng.random_range(lo..=hi) } else { lo })
+        for key in ["anyOf", "oneOf", "allOf"] {
+            if let Some(first) = s.get(key).and_then(Value::as_array).and_then(|a| a.first()) {
+                return self.value(first, depth + 1, refs);
+            }
         }
-        "number" => {
-            let (lo, hi) = bounds(s, 0.0, 100.0);
-            let n = if lo < hi { rng.random_range(lo..hi) } else { lo };
-            json!((n * 100.0).round() / 100.0)
+        let kind = match s.get("type") {
+            Some(Value::String(t)) => t.as_str(),
+            // A list of types: the first that is not null.
+            Some(Value::Array(ts)) => ts
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|t| *t != "null")
+                .unwrap_or("null"),
+            _ if s.contains_key("properties") => "object",
+            _ if s.contains_key("items") => "array",
+            _ => "object",
+        };
+        // Deep in a chain of references: the least the schema asks for, so recursion ends.
+        let least = refs > MAX_REFS;
+        match kind {
+            "object" => {
+                let mut out = Map::new();
+                let required = s.get("required").and_then(Value::as_array);
+                let is_required = |name: &str| required.is_some_and(|r| r.iter().any(|n| n == name));
+                if let Some(props) = s.get("properties").and_then(Value::as_object) {
+                    for (name, sub) in props {
+                        if !least || is_required(name) {
+                            out.insert(name.clone(), self.value(sub, depth + 1, refs));
+                        }
+                    }
+                }
+                Value::Object(out)
+            }
+            "array" => {
+                let floor = if least { 0 } else { 1 };
+                let min = s.get("minItems").and_then(Value::as_u64).unwrap_or(floor).max(floor);
+                let max = s.get("maxItems").and_then(Value::as_u64).unwrap_or(min.max(2));
+                let n = if least {
+                    min
+                } else {
+                    self.rng.random_range(min..=max.max(min))
+                }
+                .min(16);
+                let items = s.get("items").cloned().unwrap_or(Value::Bool(true));
+                let mut out = Vec::new();
+                for _ in 0..n {
+                    if self.left == 0 {
+                        break;
+                    }
+                    out.push(self.value(&items, depth + 1, refs));
+                }
+                Value::Array(out)
+            }
+            "string" => Value::String(string(s, self.rng)),
+            "integer" => {
+                let (lo, hi) = bounds(s, 0.0, 100.0);
+                let (lo, hi) = (lo.ceil() as i64, hi.floor() as i64);
+                json!(if lo <= hi { self.rng.random_range(lo..=hi) } else { lo })
+            }
+            "number" => {
+                let (lo, hi) = bounds(s, 0.0, 100.0);
+                let n = if lo < hi { self.rng.random_range(lo..hi) } else { lo };
+                json!((n * 100.0).round() / 100.0)
+            }
+            "boolean" => Value::Bool(self.rng.random_bool(0.5)),
+            _ => Value::Null,
         }
-        "boolean" => Value::Bool(rng.random_bool(0.5)),
-        _ => Value::Null,
     }
 }
 
@@ -179,10 +226,39 @@ mod tests {
     }
 
     #[test]
-    fn a_recursive_schema_still_ends() {
-        let schema = json!({"type": "object", "properties": {"child": {"$ref": "#"}}});
-        let mut rng = SmallRng::seed_from_u64(1);
-        let v = instance(&schema, &mut rng);
+    fn a_recursive_schema_still_ends_and_is_valid() {
+        let schema = json!({"type": "object", "properties": {"child": {"$ref": "#"}, "name": {"type": "string"}}, "required": ["name"]});
+        let v = valid(&schema, 1);
         assert!(v.is_object(), "an object at the top: {v}");
+        let tree = json!({"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["kids"]}}, "$ref": "#/$defs/node"});
+        valid(&tree, 2);
+    }
+
+    #[test]
+    fn a_schema_nested_twenty_deep_gets_a_valid_instance() {
+        let mut schema = json!({"type": "object", "properties": {"leaf": {"type": "integer"}}, "required": ["leaf"]});
+        for _ in 0..20 {
+            schema = json!({"type": "object", "properties": {"inner": schema}, "required": ["inner"]});
+        }
+        valid(&schema, 3);
+    }
+
+    #[test]
+    fn a_schema_whose_valid_instances_are_huge_gets_a_bounded_one() {
+        let mut schema = json!({"type": "integer"});
+        for _ in 0..8 {
+            schema = json!({"type": "array", "items": schema, "minItems": 16});
+        }
+        let mut rng = SmallRng::seed_from_u64(4);
+        let v = instance(&schema, &mut rng);
+        let mut count = 0usize;
+        let mut stack = vec![&v];
+        while let Some(node) = stack.pop() {
+            count += 1;
+            if let Value::Array(items) = node {
+                stack.extend(items.iter());
+            }
+        }
+        assert!(count <= MAX_VALUES, "{count} values");
     }
 }
