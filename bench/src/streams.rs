@@ -69,6 +69,8 @@ pub struct Fidelity {
 pub struct ServerCost {
     /// RSS growth while every stream was mid-answer, per stream.
     pub active_kib_per_stream: f64,
+    /// Live heap growth over the same span, per stream.
+    pub active_heap_kib_per_stream: f64,
     /// Includes each request's own work, spread over its chunks.
     pub cpu_us_per_event: f64,
     /// Of it, kernel time.
@@ -86,6 +88,8 @@ pub struct StreamsReport {
 }
 
 const SCENARIO: &str = "stream";
+/// A short answer, to warm each connection before the baseline is read.
+const FLAT: &str = "flat";
 
 pub async fn streams(args: StreamsArgs) -> Result<(), String> {
     if args.streams == 0 || args.chunks < 2 {
@@ -104,7 +108,9 @@ pub async fn streams(args: StreamsArgs) -> Result<(), String> {
     let stream = scenario(serde_json::json!({
         "ttft": { "median_ms": 0.0 }, "inter_token_ms": args.gap_ms, "text": text.join(" "),
     }))?;
-    let mut rig = Rig::start(&args.out, BTreeMap::from([(SCENARIO.to_string(), stream)]), args.h2c).await?;
+    let flat = scenario(serde_json::json!({ "ttft": { "median_ms": 0.0 }, "tokens": 4, "inter_token_ms": 0.0 }))?;
+    let scenarios = BTreeMap::from([(SCENARIO.to_string(), stream), (FLAT.to_string(), flat)]);
+    let mut rig = Rig::start(&args.out, scenarios, args.h2c).await?;
     let mut ways = Vec::new();
     let mut result = Ok(());
     for mode in Mode::ALL {
@@ -146,9 +152,15 @@ async fn way(args: &StreamsArgs, rig: &mut Rig, mode: Mode) -> Result<Way, Strin
         warm.chat(&target).await?;
     }
     drop(warm);
+    let flat = rig.target(mode, FLAT);
     let mut conns = Vec::with_capacity(args.streams);
     for _ in 0..args.streams {
-        conns.push(Conn::open(target.addr).await?);
+        let mut conn = Conn::open(target.addr).await?;
+        // One answered request first, as in `hold`: an HTTP/1.1 server may allocate a
+        // connection's buffers at accept or only with its first request's bytes, so without
+        // it one server's figure would hold its connections' buffers and the other's not.
+        conn.chat(&flat).await?;
+        conns.push(conn);
     }
     let before = match kind {
         Some(k) => Some(rig.server(k).stat(true).await?),
@@ -199,8 +211,11 @@ async fn way(args: &StreamsArgs, rig: &mut Rig, mode: Mode) -> Result<Way, Strin
         (Some(b), Some(a)) => {
             let d = b.until(&a);
             Some(ServerCost {
-                active_kib_per_stream: active.map_or(f64::NAN, |s| {
+                active_kib_per_stream: active.as_ref().map_or(f64::NAN, |s| {
                     (s.rss_kib as f64 - b.rss_kib as f64) / args.streams as f64
+                }),
+                active_heap_kib_per_stream: active.as_ref().map_or(f64::NAN, |s| {
+                    (s.live_heap_bytes as f64 - b.live_heap_bytes as f64) / 1024.0 / args.streams as f64
                 }),
                 cpu_us_per_event: d.cpu_us as f64 / events.max(1) as f64,
                 sys_us_per_event: d.sys_us as f64 / events.max(1) as f64,
@@ -256,7 +271,7 @@ fn print_table(r: &StreamsReport) {
         r.streams, r.chunks, r.gap_ms, r.machine.cores
     );
     println!(
-        "{:<10}{:>10}{:>10}{:>10}{:>12}{:>8}{:>16}{:>12}{:>10}{:>10}{:>12}",
+        "{:<10}{:>10}{:>10}{:>10}{:>12}{:>8}{:>16}{:>12}{:>10}{:>10}{:>10}{:>12}",
         "way",
         "gap p50",
         "gap p99",
@@ -266,17 +281,23 @@ fn print_table(r: &StreamsReport) {
         "lost/dbl/reord",
         "events/s",
         "KiB/strm",
+        "heap/strm",
         "µs/event",
         "allocs/evt"
     );
     for w in &r.ways {
         let g = w.gap_us;
         let f = w.fidelity;
-        let (kib, cpu, allocs) = w.server.as_ref().map_or((f64::NAN, f64::NAN, f64::NAN), |s| {
-            (s.active_kib_per_stream, s.cpu_us_per_event, s.allocations_per_event)
+        let (kib, heap, cpu, allocs) = w.server.as_ref().map_or((f64::NAN, f64::NAN, f64::NAN, f64::NAN), |s| {
+            (
+                s.active_kib_per_stream,
+                s.active_heap_kib_per_stream,
+                s.cpu_us_per_event,
+                s.allocations_per_event,
+            )
         });
         println!(
-            "{:<10}{:>10.0}{:>10.0}{:>10.0}{:>+12.0}{:>8}{:>16}{:>12.0}{:>10.1}{:>10.2}{:>12.2}",
+            "{:<10}{:>10.0}{:>10.0}{:>10.0}{:>+12.0}{:>8}{:>16}{:>12.0}{:>10.1}{:>10.1}{:>10.2}{:>12.2}",
             w.mode.name(),
             g.map_or(f64::NAN, |g| g.p50),
             g.map_or(f64::NAN, |g| g.p99),
@@ -286,6 +307,7 @@ fn print_table(r: &StreamsReport) {
             format!("{}/{}/{}", f.lost, f.doubled, f.reordered),
             w.events_per_sec,
             kib,
+            heap,
             cpu,
             allocs
         );
