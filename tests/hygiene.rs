@@ -582,3 +582,41 @@ async fn an_http1_1_request_with_no_host_or_two_is_refused_and_the_connection_cl
         .expect("answered and closed");
     assert_eq!(parse(&reply).status, 200);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_http2_client_that_never_opens_a_streams_window_loses_its_connection_at_the_write_timeout() {
+    // A client over h2c that keeps its connection alive (the h2 library answers pings) but
+    // never gives one stream's answer any window: hyper never polls that stream's body, so
+    // only the pump's stall can end it, and then the whole connection is closed.
+    let toml = config_toml(&[("a", "openai", "flood")], &format!("{QUICK}{}", flood(600, 64))).replacen(
+        "[server]\n",
+        "[server]\nclient_write_timeout_ms = 2000\nidle_timeout_ms = 600000\n",
+        1,
+    );
+    let server = start(&toml).await;
+    let tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let (mut send, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("h2c handshake");
+    let connection = tokio::spawn(connection);
+    let body = chat_body(true).to_string();
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{}/v1/chat/completions", server.addr))
+        .header("content-type", "application/json")
+        .body(())
+        .expect("request");
+    let (response, mut body_tx) = send.send_request(request, false).expect("stream opened");
+    body_tx.send_data(bytes::Bytes::from(body), true).expect("body sent");
+    let response = tokio::time::timeout(Duration::from_secs(30), response)
+        .await
+        .expect("a head")
+        .expect("a response");
+    assert_eq!(response.status(), 200);
+    // Held, never read, never given a window: the connection ends (and with it the stream).
+    let ended = tokio::time::timeout(Duration::from_secs(120), connection).await;
+    assert!(ended.is_ok(), "the connection is still open two minutes later");
+    drop(response);
+}

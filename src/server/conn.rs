@@ -54,6 +54,8 @@ struct Load {
     idle_since: Instant,
     /// Has any request arrived yet? Until one has, the header timeout applies.
     served: bool,
+    /// A stream on it was given up because its client stopped reading: close it now.
+    abandoned: bool,
 }
 
 /// A connection's requests in flight, shared by its service and its watchdog.
@@ -69,6 +71,7 @@ impl Activity {
             in_flight: 0,
             idle_since: Instant::now(),
             served: false,
+            abandoned: false,
         });
         Activity { load: Arc::new(load) }
     }
@@ -88,6 +91,9 @@ impl Activity {
         let mut changes = self.load.subscribe();
         loop {
             let load = *changes.borrow_and_update();
+            if load.abandoned {
+                return;
+            }
             if load.in_flight == 0 {
                 let limit = if load.served { idle } else { first };
                 tokio::select! {
@@ -105,6 +111,23 @@ impl Activity {
 impl Default for Activity {
     fn default() -> Self {
         Activity::new()
+    }
+}
+
+/// The connection a request came on, in the request's extensions: `abandon` closes it at
+/// once. For a stream whose client took no event for `client_write_timeout_ms`: over HTTP/2 a
+/// client can keep its connection alive (reading other streams, answering pings) while never
+/// opening one stream's window, and hyper then never polls that stream's body again, so the
+/// stream and its body would be held for as long as the connection lives. Closing the
+/// connection is what the socket's write timeout does over HTTP/1.1 for a client that stops
+/// reading.
+#[derive(Debug, Clone)]
+pub struct ConnHandle(Activity);
+
+impl ConnHandle {
+    /// Closes the connection (its watchdog drops it, with every stream on it).
+    pub fn abandon(&self) {
+        self.0.load.send_modify(|l| l.abandoned = true);
     }
 }
 
@@ -177,6 +200,7 @@ where
         if parts.headers.contains_key(http::header::UPGRADE) || parts.method == http::Method::CONNECT {
             parts.extensions.insert(self.permit.clone());
         }
+        parts.extensions.insert(ConnHandle(self.activity.clone()));
         let request = Request::from_parts(parts, Body::new(body));
         TrackedFuture {
             answer: self.app.call(request),

@@ -70,7 +70,7 @@ use crate::sim::SimHandle;
 
 pub use crate::transport::AppState;
 pub use app::{app, Edge};
-pub use conn::ConnPermit;
+pub use conn::{ConnHandle, ConnPermit};
 pub use reply::{dialect_of, request_id, EdgeRefusal};
 
 /// After the cut, how long the streams' in-band errors get to reach their clients before

@@ -16,13 +16,15 @@ pub use request::decode_request;
 pub use response::{error_type, message_id, stop_reason, EventEncoder, PING_EVENT};
 
 use super::body::{check_cost, require_json};
-use super::chat::serve_chat;
+use super::chat::{serve_chat, Asker};
 use super::error::{insert, ErrorReply};
 use super::events::{await_commit, drain};
 use super::sse_out::{encoded, envelope_headers, json_response, sse_response};
+use crate::server::ConnHandle;
 use crate::transport::AppState;
 use crate::types::EventStream;
 use crate::types::{Dialect, RequestCtx};
+use axum::Extension;
 
 /// How a committed Anthropic answer is to be sent.
 #[derive(Debug, Clone)]
@@ -36,7 +38,12 @@ pub struct Reply {
     pub keepalive: Duration,
 }
 
-pub async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn messages(
+    State(state): State<AppState>,
+    conn: Option<Extension<ConnHandle>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let keepalive = state.config.server.sse_keepalive;
     let max_answer_bytes = state.config.server.max_answer_bytes;
     let limits = state.config.server.request_limits;
@@ -55,8 +62,7 @@ pub async fn messages(State(state): State<AppState>, headers: HeaderMap, body: B
     };
     serve_chat(
         &state,
-        &headers,
-        None,
+        Asker::new(&headers, conn),
         Dialect::Anthropic,
         error_response,
         prepare,

@@ -2,6 +2,7 @@
 //! answer: request context, the drain check, access (key or token), decoding, the stream
 //! gate, the key's limits, the gateway call, the pump.
 
+use crate::server::ConnHandle;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -31,8 +32,7 @@ use crate::types::{ChatRequest, Dialect, ErrorClass, EventStream, Priority, Requ
 /// the pump).
 pub(crate) async fn serve_chat<How, Reply, Replied>(
     state: &AppState,
-    headers: &HeaderMap,
-    query_token: Option<&str>,
+    asker: Asker<'_>,
     dialect: Dialect,
     error_response: fn(&ErrorReply, &str) -> Response,
     prepare: impl FnOnce(&mut RequestCtx) -> Result<(ChatRequest, How), ErrorReply>,
@@ -45,7 +45,7 @@ where
     // Boxed, and freed once the stream is open: everything up to the gateway's call (the
     // request, its context, the admission) is needed only until then, and inline it would
     // size the handler's future, which every held stream keeps until its first token.
-    let opened = Box::pin(open(state, headers, query_token, dialect, error_response, prepare)).await;
+    let opened = Box::pin(open(state, asker, dialect, error_response, prepare)).await;
     match opened {
         Ok((events, how, no_permit)) => reply(events, how, no_permit).await,
         Err(response) => response,
@@ -56,8 +56,11 @@ where
 /// permit `reply` is handed; or the HTTP error.
 async fn open<How>(
     state: &AppState,
-    headers: &HeaderMap,
-    query_token: Option<&str>,
+    Asker {
+        headers,
+        query_token,
+        conn,
+    }: Asker<'_>,
     dialect: Dialect,
     error_response: fn(&ErrorReply, &str) -> Response,
     prepare: impl FnOnce(&mut RequestCtx) -> Result<(ChatRequest, How), ErrorReply>,
@@ -113,10 +116,29 @@ async fn open<How>(
                 state.config.server.max_stream,
                 state.config.server.client_write_timeout,
                 state.drain.cut_token(),
+                conn,
             );
             Ok((events, how, no_permit))
         }
         Err(e) => Err(error_response(&ErrorReply::from_gateway(&e), &request_id)),
+    }
+}
+
+/// Who asks: the request's headers, its `?token=` where browsers cannot send headers, and
+/// its connection (closed when the stream's client stops reading: `pump`).
+pub(crate) struct Asker<'a> {
+    pub headers: &'a HeaderMap,
+    pub query_token: Option<&'a str>,
+    pub conn: Option<ConnHandle>,
+}
+
+impl<'a> Asker<'a> {
+    pub fn new(headers: &'a HeaderMap, conn: Option<axum::Extension<ConnHandle>>) -> Self {
+        Asker {
+            headers,
+            query_token: None,
+            conn: conn.map(|axum::Extension(conn)| conn),
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use axum::response::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::body::{check_cost, require_json};
-use super::chat::serve_chat;
+use super::chat::{serve_chat, Asker};
 use super::error::{DecodeError, ErrorReply};
 use super::events::await_commit;
 use super::native::{ChatOptions, ServerMessage};
@@ -22,8 +22,10 @@ use super::sse_out::{
     encoded, envelope_headers, event_frame, json_response, sse_response, Flow, FrameEncoder, Frames, PING_COMMENT,
 };
 use crate::config::RequestLimits;
+use crate::server::ConnHandle;
 use crate::transport::AppState;
 use crate::types::{ChatRequest, Dialect, EventStream, RequestCtx, StreamEvent};
+use axum::Extension;
 
 /// `GET /v1/stream` parameters: `EventSource` cannot send a body or headers, so the
 /// request and the per-request options ride in the query string. The query is strict: an
@@ -98,9 +100,14 @@ impl StreamQuery {
     }
 }
 
-pub async fn post_stream(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn post_stream(
+    State(state): State<AppState>,
+    conn: Option<Extension<ConnHandle>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let decoded = decode_checked(&headers, &body, &state.config.server.request_limits);
-    start(state, headers, None, decoded, ChatOptions::default()).await
+    start(state, headers, None, conn, decoded, ChatOptions::default()).await
 }
 
 /// A chat body as every HTTP endpoint takes it: declared as JSON (else 415), within the
@@ -115,7 +122,12 @@ pub(crate) fn decode_checked(
     Ok(decode_request(body)?)
 }
 
-pub async fn get_stream(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+pub async fn get_stream(
+    State(state): State<AppState>,
+    conn: Option<Extension<ConnHandle>>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
     let query = match StreamQuery::parse(&uri) {
         Ok(query) => query,
         Err(e) => {
@@ -132,13 +144,22 @@ pub async fn get_stream(State(state): State<AppState>, headers: HeaderMap, uri: 
         }),
     }
     .map_err(ErrorReply::from);
-    start(state, headers, super::auth::query_token(&uri), decoded, query.options).await
+    start(
+        state,
+        headers,
+        super::auth::query_token(&uri),
+        conn,
+        decoded,
+        query.options,
+    )
+    .await
 }
 
 async fn start(
     state: AppState,
     headers: HeaderMap,
     query_token: Option<String>,
+    conn: Option<Extension<ConnHandle>>,
     decoded: Result<ChatRequest, ErrorReply>,
     options: ChatOptions,
 ) -> Response {
@@ -152,16 +173,11 @@ async fn start(
     };
     let answer =
         |events, request_id: String, permit| async move { reply(events, &request_id, keepalive, permit).await };
-    serve_chat(
-        &state,
-        &headers,
-        query_token.as_deref(),
-        Dialect::Native,
-        error_response,
-        prepare,
-        answer,
-    )
-    .await
+    let asker = Asker {
+        query_token: query_token.as_deref(),
+        ..Asker::new(&headers, conn)
+    };
+    serve_chat(&state, asker, Dialect::Native, error_response, prepare, answer).await
 }
 
 /// Waits for the commit point (before it, failures are real HTTP errors with a JSON body

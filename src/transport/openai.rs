@@ -17,14 +17,16 @@ pub use request::{decode_request, decode_value};
 pub use response::{completion_id, error_type, finish_reason, ChunkEncoder};
 
 use super::body::{check_cost, require_json};
-use super::chat::serve_chat;
+use super::chat::{serve_chat, Asker};
 use super::error::ErrorReply;
 use super::events::{await_commit, drain};
 use super::sse_out::{encoded, envelope_headers, json_response, sse_response, to_json, PING_COMMENT};
 use crate::gateway::ModelInfo;
+use crate::server::ConnHandle;
 use crate::transport::AppState;
 use crate::types::EventStream;
 use crate::types::{Dialect, RequestCtx};
+use axum::Extension;
 
 /// How a committed OpenAI answer is to be sent.
 #[derive(Debug, Clone)]
@@ -39,7 +41,12 @@ pub struct Reply {
     pub keepalive: Duration,
 }
 
-pub async fn chat_completions(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    conn: Option<Extension<ConnHandle>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let keepalive = state.config.server.sse_keepalive;
     let max_answer_bytes = state.config.server.max_answer_bytes;
     let limits = state.config.server.request_limits;
@@ -61,7 +68,8 @@ pub async fn chat_completions(State(state): State<AppState>, headers: HeaderMap,
         }
         Ok((req, how))
     };
-    serve_chat(&state, &headers, None, Dialect::OpenAi, error_response, prepare, reply).await
+    let asker = Asker::new(&headers, conn);
+    serve_chat(&state, asker, Dialect::OpenAi, error_response, prepare, reply).await
 }
 
 /// Waits for the commit point, then streams chunks or drains into one completion. Before
@@ -303,8 +311,8 @@ mod tests {
         );
     }
 
-    /// The size of the future an async fn of three arguments returns.
-    fn future_size<A, B, C, F>(_: impl Fn(A, B, C) -> F) -> usize {
+    /// The size of the future an async fn of four arguments returns.
+    fn future_size<A, B, C, D, F>(_: impl Fn(A, B, C, D) -> F) -> usize {
         std::mem::size_of::<F>()
     }
 

@@ -15,9 +15,11 @@
 //!   queued. Over HTTP/1 the socket's write timeout finds such a client too, but an HTTP/2
 //!   client can keep its connection alive (reading other streams, answering pings) while
 //!   never opening one stream's flow-control window: hyper then never polls that body, and
-//!   only this timer releases the stream's slot and upstream. The reader gets what was
-//!   queued and then a `client_too_slow` error (class client: logged and counted as the
-//!   client's, never as tailcut's own `internal`), should it ever read again;
+//!   only this timer releases the stream's slot and upstream. Nor would hyper ever drop that
+//!   stream's body, so its connection is closed too (`server::ConnHandle`), as the write
+//!   timeout closes an HTTP/1.1 one. The reader gets what was queued and then a
+//!   `client_too_slow` error (class client: logged and counted as the client's, never as
+//!   tailcut's own `internal`), should it ever read again;
 //! - the drain cut it: the reader then gets a `draining` error after what was queued.
 //!
 //! Memory per stream is bounded by the queue (`CAPACITY` events, `queue`) however slow the reader.
@@ -32,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::queue::{queue, Next, PushError};
 use super::drain::cut_event;
+use crate::server::ConnHandle;
 use crate::types::{Envelope, ErrorClass, ErrorEvent, EventStream, FinishReason, StreamEvent};
 
 /// Events queued for a reader. A few socket writes' worth of deltas: enough that a reading
@@ -60,6 +63,7 @@ pub fn pump<S>(
     max_stream: Duration,
     stall: Duration,
     cut: CancellationToken,
+    conn: Option<ConnHandle>,
 ) -> EventStream
 where
     S: Send + 'static,
@@ -122,8 +126,11 @@ where
         if matches!(stop, Stop::Stalled(_)) {
             tracing::info!(
                 stall_ms = stall.as_millis() as u64,
-                "the client took no event for client_write_timeout_ms; its stream was dropped"
+                "the client took no event for client_write_timeout_ms; its stream was dropped and its connection closed"
             );
+            if let Some(conn) = conn {
+                conn.abandon();
+            }
         }
         tx.close(stop);
     });
@@ -214,6 +221,7 @@ mod tests {
             Duration::from_secs(60),
             Duration::from_secs(600),
             CancellationToken::new(),
+            None,
         );
         assert!(
             matches!(out.next().await, Some(StreamEvent::Start(_))),
@@ -263,6 +271,7 @@ mod tests {
             Duration::from_secs(600),
             Duration::from_secs(5),
             CancellationToken::new(),
+            None,
         );
         // A slow reader: one event every 4 s, within the stall time, with the queue full.
         for _ in 0..4 {
@@ -313,6 +322,7 @@ mod tests {
             Duration::from_secs(600),
             Duration::from_secs(600),
             cut.clone(),
+            None,
         );
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
         assert!(matches!(out.next().await, Some(StreamEvent::TextDelta(_))), "a delta");
@@ -335,6 +345,7 @@ mod tests {
             Duration::from_secs(600),
             Duration::from_secs(600),
             CancellationToken::new(),
+            None,
         );
         out.next().await;
         drop(out);
@@ -359,6 +370,7 @@ mod tests {
             Duration::from_secs(1),
             Duration::from_secs(1),
             CancellationToken::new(),
+            None,
         )
         .collect()
         .await;

@@ -13,7 +13,7 @@ use futures::StreamExt;
 
 use super::{remote, Attached, Refused, Stop, Stream};
 use crate::shared::replay::RemoteReader;
-use crate::transport::chat::serve_chat;
+use crate::transport::chat::{serve_chat, Asker};
 use crate::transport::error::ErrorReply;
 use crate::transport::native::{ServerMessage, StreamCode};
 use crate::transport::native_sse::{decode_checked, error_response};
@@ -43,7 +43,16 @@ pub async fn open_stream(State(state): State<AppState>, headers: HeaderMap, body
             Err(_) => error_response(&registry_full(), &request_id),
         }
     };
-    serve_chat(&state, &headers, None, Dialect::Native, error_response, prepare, reply).await
+    // The answer runs in the registry, which always reads it: no connection to close.
+    serve_chat(
+        &state,
+        Asker::new(&headers, None),
+        Dialect::Native,
+        error_response,
+        prepare,
+        reply,
+    )
+    .await
 }
 
 fn registry_full() -> ErrorReply {
