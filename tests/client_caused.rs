@@ -104,6 +104,26 @@ async fn a_tool_schema_that_does_not_compile_is_a_400_before_any_attempt() {
 }
 
 #[tokio::test]
+async fn a_tool_schema_nothing_satisfies_is_a_400_before_any_attempt() {
+    let server = start(&config()).await;
+    let unsatisfiable = [
+        json!(false),
+        json!({"not": {}}),
+        json!({"type": "object", "properties": {"unit": {"enum": []}}, "required": ["unit"]}),
+        json!({"type": "object", "properties": {"days": {"type": "integer", "minimum": 7, "maximum": 1}}, "required": ["days"]}),
+    ];
+    for schema in unsatisfiable {
+        let reply = post_sse(&server.url(""), &tool_request(schema.clone(), None), &[]).await;
+        assert_eq!(reply.status, 400, "{schema}: {}", reply.raw);
+        let body: Value = serde_json::from_str(&reply.raw).unwrap_or(Value::Null);
+        assert_eq!(body["error"]["code"], "invalid_tool_schema", "{}", reply.raw);
+        assert_eq!(body["error"]["param"], "tools[0]", "{}", reply.raw);
+    }
+    assert_eq!(upstream_requests(&server), 0, "no attempt was made");
+    still_served_by_a(&server).await;
+}
+
+#[tokio::test]
 async fn tool_patterns_over_the_requests_regex_budget_are_a_400_naming_the_tool_before_any_attempt() {
     let server = start(&config()).await;
     // Each compiles to between 256 and 512 KiB: 32 of them get 256 KiB each of the
@@ -136,7 +156,10 @@ async fn tool_patterns_over_the_requests_regex_budget_are_a_400_naming_the_tool_
 async fn a_tool_schema_no_answer_can_meet_fails_only_its_own_requests() {
     let server = start(&config()).await;
     for i in 0..4 {
-        let reply = post_sse(&server.url(""), &tool_request(json!({"not": {}}), None), &[]).await;
+        // Its pattern allows one letter, its minLength two: nothing the edge tells apart
+        // before asking (a bare `not: {}` is refused at once, test above).
+        let never = json!({"type": "object", "properties": {"x": {"type": "string", "pattern": "^a$", "minLength": 2}}, "required": ["x"]});
+        let reply = post_sse(&server.url(""), &tool_request(never, None), &[]).await;
         assert!(
             reply.raw.contains("do not match the tool's schema"),
             "request {i} fails on the schema: {}",

@@ -1,6 +1,6 @@
 //! Which invalid output counts against a route (its breaker and error rate), on paused time
 //! with scripted routes: an answer that is well formed but fails only the client's own schema
-//! does not (any client could send a schema no answer meets, `{"not": {}}`, and open every
+//! does not (any client could send a schema no answer meets, such as a `pattern` its `minLength` excludes, and open every
 //! route's breaker for everyone); garbage does (arguments that are not JSON, a tool never
 //! offered, text that is not JSON in JSON mode). Either way the answer is never released
 //! invalid, and it is repaired once and failed over as before.
@@ -94,7 +94,11 @@ async fn breaker_after_three(script: Script, request: ChatRequest) -> (String, u
 
 #[tokio::test(start_paused = true)]
 async fn a_tool_schema_no_answer_can_meet_opens_no_breaker() {
-    for schema in [json!({"not": {}}), json!(false), json!({"type": "string"})] {
+    // Schemas the scripted answer cannot meet (ones no value meets, `{"not": {}}`, are
+    // refused before any attempt: tests/client_caused.rs).
+    let never = json!({"type": "object", "properties": {"x": {"type": "string", "pattern": "^a$", "minLength": 2}}, "required": ["x"]});
+    let paris = json!({"type": "object", "properties": {"city": {"const": "Paris"}}, "required": ["city"]});
+    for schema in [never, paris, json!({"type": "string"})] {
         let (state, calls) = breaker_after_three(
             tool_answer("weather", "{\"city\": \"Oslo\"}"),
             tool_request(schema.clone()),
@@ -111,7 +115,8 @@ async fn a_tool_schema_no_answer_can_meet_opens_no_breaker() {
 #[tokio::test(start_paused = true)]
 async fn a_response_schema_no_answer_can_meet_opens_no_breaker() {
     let answer = Script::Stream(vec![Step::Wait(10), text("{\"city\": \"Oslo\"}"), finish()]);
-    let (state, _) = breaker_after_three(answer, structured_request(json!({"not": {}}))).await;
+    let paris = json!({"type": "object", "properties": {"city": {"const": "Paris"}}, "required": ["city"]});
+    let (state, _) = breaker_after_three(answer, structured_request(paris)).await;
     assert_eq!(state, "closed", "the route gave valid JSON");
 }
 

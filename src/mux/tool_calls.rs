@@ -44,6 +44,7 @@ mod rejected;
 mod schema;
 mod schema_budget;
 mod structured;
+mod unsatisfiable;
 
 use std::collections::HashMap;
 use std::sync::Arc;

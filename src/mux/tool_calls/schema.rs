@@ -77,6 +77,13 @@ impl ToolSchemas {
                 Schema::AnyObject
             } else {
                 let what = format!("tool {:?}", tool.name);
+                if let Some(why) = super::unsatisfiable::why_unsatisfiable(&tool.parameters) {
+                    return Err(SchemaRefusal {
+                        param: format!("tools[{i}]"),
+                        code: "invalid_tool_schema",
+                        message: format!("{what}: no arguments can satisfy its parameters: {why}"),
+                    });
+                }
                 match checked(&tool.parameters, budget, format!("tools[{i}]"), &what) {
                     Ok(validator) => Schema::Checked(validator),
                     Err(Uncompiled::OverShare(refusal)) => return Err(refusal),

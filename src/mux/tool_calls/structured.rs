@@ -84,6 +84,13 @@ impl StructuredGate {
             None | Some(ResponseFormat::Text) => return Ok(None),
             Some(ResponseFormat::JsonObject) => Expect::Object,
             Some(ResponseFormat::JsonSchema { schema, .. }) => {
+                if let Some(why) = super::unsatisfiable::why_unsatisfiable(schema) {
+                    return Err(SchemaRefusal {
+                        param: "response_format".into(),
+                        code: "invalid_response_schema",
+                        message: format!("no answer can satisfy the json_schema: {why}"),
+                    });
+                }
                 match checked(schema, budget, "response_format".into(), "the json_schema") {
                     Ok(validator) => Expect::Schema(Some(validator)),
                     Err(Uncompiled::OverShare(refusal)) => return Err(refusal),
