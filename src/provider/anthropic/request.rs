@@ -81,7 +81,9 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, Pr
         tools,
         tool_choice,
         stop_sequences: chat.sampling.stop.clone(),
-        temperature: chat.sampling.temperature,
+        // The OpenAI dialect takes 0 to 2, the Messages API 0 to 1 (it refuses more with a
+        // 400, which never fails over): a hotter request is sent at the hottest it takes.
+        temperature: chat.sampling.temperature.map(|t| t.clamp(0.0, 1.0)),
         top_p: chat.sampling.top_p,
         stream: true,
     })
@@ -234,6 +236,18 @@ mod tests {
             },
             ..ChatRequest::default()
         }
+    }
+
+    #[test]
+    fn a_temperature_over_anthropics_range_is_sent_at_its_top() {
+        let mut chat = conversation();
+        chat.sampling.temperature = Some(1.5);
+        let body = body_json(&upstream(chat, None));
+        assert_eq!(body["temperature"], 1.0, "{body}");
+        let mut chat = conversation();
+        chat.sampling.temperature = Some(0.3);
+        let body = body_json(&upstream(chat, None));
+        assert_eq!(body["temperature"], json!(0.3), "within the range, as given: {body}");
     }
 
     #[test]
