@@ -359,16 +359,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_routes_connect_timeout_bounds_the_connect_instead_of_the_default() {
         // An https upstream that takes the connection and never answers the TLS hello.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("addr");
-        let _held = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
+        let (addr, _held) = crate::provider::testkit::silent_listener().await;
         let bound = Duration::from_millis(300);
         let default = http_client();
         let client = default.with_connect_timeout(bound);

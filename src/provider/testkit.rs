@@ -17,6 +17,22 @@ use tokio::sync::Notify;
 use super::{drive, Delta, ErrorClass, ProviderError, UpstreamRequest, WireDecoder};
 use crate::types::{ChatRequest, Message, Role, Usage};
 
+/// A loopback listener that takes every connection and never says a byte (an https upstream
+/// that never answers the TLS hello), held until the returned task is dropped or ends.
+pub(crate) async fn silent_listener() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("addr");
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (addr, held)
+}
+
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub status: u16,

@@ -125,23 +125,17 @@ impl Edge {
     /// Answers `request` (see the module doc for what it passes).
     pub fn call(&mut self, mut request: Request) -> EdgeFuture {
         let path = request.uri().path();
-        if head_limit::over_limit(request.headers(), self.max_header_bytes) {
-            let dialect = dialect_of(path);
-            let refusal = EdgeRefusal::HeadersTooLarge {
+        let refused = if head_limit::over_limit(request.headers(), self.max_header_bytes) {
+            Some(EdgeRefusal::HeadersTooLarge {
                 limit: self.max_header_bytes,
-            };
+            })
+        } else {
+            host::refused_host_count(request.version(), request.headers()).map(|count| EdgeRefusal::BadHost { count })
+        };
+        if let Some(refusal) = refused {
+            let dialect = dialect_of(path);
             return EdgeFuture::Refused {
                 response: Some(render(refusal, dialect, &request_id(request.headers(), dialect))),
-            };
-        }
-        if let Some(count) = host::refused_host_count(request.version(), request.headers()) {
-            let dialect = dialect_of(path);
-            return EdgeFuture::Refused {
-                response: Some(render(
-                    EdgeRefusal::BadHost { count },
-                    dialect,
-                    &request_id(request.headers(), dialect),
-                )),
             };
         }
         let refusals = Some(Refusals {

@@ -11,13 +11,10 @@ use axum::http::{header, HeaderMap, Version};
 /// The number of Host header lines `headers` has when `version` refuses it, `None` when the
 /// request may go on.
 pub fn refused_host_count(version: Version, headers: &HeaderMap) -> Option<usize> {
-    let mut hosts = headers.get_all(header::HOST).iter();
-    let first = hosts.next();
-    let more = hosts.next().is_some();
-    match (first, more) {
-        (None, _) if version == Version::HTTP_11 => Some(0),
-        (Some(_), true) => Some(headers.get_all(header::HOST).iter().count()),
-        _ => None,
+    match headers.get_all(header::HOST).iter().count() {
+        0 if version == Version::HTTP_11 => Some(0),
+        0 | 1 => None,
+        many => Some(many),
     }
 }
 

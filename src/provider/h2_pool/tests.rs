@@ -345,16 +345,7 @@ async fn a_request_whose_connection_broke_after_it_went_out_is_not_sent_again() 
 #[tokio::test(start_paused = true)]
 async fn an_h2_connect_that_times_out_fails_as_a_timeout() {
     // An https upstream that takes the connection and never answers the TLS hello.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind loopback");
-    let addr = listener.local_addr().expect("addr");
-    let _held = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
+    let (addr, _held) = crate::provider::testkit::silent_listener().await;
     let bound = Duration::from_millis(300);
     let (connector, _) =
         crate::provider::client::connector(hyper_util::client::proxy::matcher::Matcher::builder().build());
