@@ -12,7 +12,6 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::drain::RETRY_AFTER;
 use super::error::ErrorReply;
-use super::pump::pump;
 use crate::transport::AppState;
 use crate::types::{ChatRequest, Dialect, ErrorClass, EventStream, Priority, RequestCtx};
 
@@ -110,12 +109,11 @@ async fn open<How>(
     let request_id = ctx.request_id.clone();
     match state.gateway.chat(req, ctx) {
         Ok(events) => {
-            let events = pump(
+            let events = state.pumps.pump(
                 admission.guard(events),
                 slot,
                 state.config.server.max_stream,
                 state.config.server.client_write_timeout,
-                state.drain.cut_token(),
                 conn,
             );
             Ok((events, how, no_permit))

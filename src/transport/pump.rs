@@ -1,129 +1,138 @@
-//! The stream pump: one task per chat stream that pulls the gateway's events into a small
-//! bounded queue the response reads from, and owns what must be released on time (the
-//! stream's slot, the upstream) whether or not the client reads.
+//! The stream pump: the chat stream a response body reads, which releases what must be
+//! released on time (the stream's slot, the upstream) whether or not the client reads.
 //!
-//! Why a task: hyper polls a response body only when it can write to the socket, so a
-//! client that stops reading (or reads a byte now and then) stops every timer inside the
-//! body, and with it `max_stream_ms` and the drain's cut. The pump is polled by the runtime
-//! instead. It ends, dropping the events (which closes every upstream connection) and the
-//! slot, when:
-//! - the answer ends (its terminal event was queued);
-//! - the reader went away (the returned stream was dropped: the task is aborted);
-//! - `max_stream` passed since the commit (`Start`): the reader then gets, after what was
-//!   already queued, the same truncated `Finish` the mux sends at its own cap;
-//! - the reader took no event for `stall` (`client_write_timeout_ms`) while one waited to be
-//!   queued. Over HTTP/1 the socket's write timeout finds such a client too, but an HTTP/2
-//!   client can keep its connection alive (reading other streams, answering pings) while
-//!   never opening one stream's flow-control window: hyper then never polls that body, and
-//!   only this timer releases the stream's slot and upstream. Nor would hyper ever drop that
+//! hyper polls a response body only when it can write to the socket, so a client that stops
+//! reading (or reads a byte now and then) stops every timer inside the body, and with it
+//! `max_stream_ms` and the drain's cut. So the body polls the gateway's events itself, with
+//! nothing between them (an event goes from the upstream connection's task straight to the
+//! client connection's, as through a bare proxy), and the server's one watchdog (`watch`)
+//! ends a stream from outside, dropping its events (which closes every upstream connection)
+//! and its slot, when:
+//! - `max_stream` passed since the commit (`Start`): the reader then gets, should it read
+//!   again, the same truncated `Finish` the mux sends at its own cap;
+//! - the reader has not asked for the next event for `stall` (`client_write_timeout_ms`)
+//!   since it was handed the last one. Time spent waiting for the upstream never counts.
+//!   Over HTTP/1 the socket's write timeout finds such a client too, but an HTTP/2 client
+//!   can keep its connection alive (reading other streams, answering pings) while never
+//!   opening one stream's flow-control window: hyper then never polls that body, and only
+//!   this limit releases the stream's slot and upstream. Nor would hyper ever drop that
 //!   stream's body, so its connection is closed too (`server::ConnHandle`), as the write
-//!   timeout closes an HTTP/1.1 one. The reader gets what was queued and then a
-//!   `client_too_slow` error (class client: logged and counted as the client's, never as
-//!   tailcut's own `internal`), should it ever read again;
-//! - the drain cut it: the reader then gets a `draining` error after what was queued.
+//!   timeout closes an HTTP/1.1 one. The reader gets a `client_too_slow` error (class client:
+//!   logged and counted as the client's, never as tailcut's own `internal`), should it ever
+//!   read again;
+//! - the drain cut it: the reader then gets a `draining` error.
 //!
-//! Memory per stream is bounded by the queue (`CAPACITY` events, `queue`) however slow the reader.
+//! The stream ends by itself, releasing both at once, when its terminal event is handed out
+//! or its reader goes away (the body is dropped). A limit is enforced at most `watch::TICK`
+//! late. Memory per stream is what the gateway's stream holds: nothing is read ahead.
 
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-mod queue;
+use futures::{Stream, StreamExt};
+use tokio::time::Instant;
 
-use futures::StreamExt;
-use tokio::time::{sleep_until, Instant};
-use tokio_util::sync::CancellationToken;
+mod watch;
 
-use self::queue::{queue, Next, PushError};
+pub use self::watch::{Watch, TICK};
+use self::watch::Watched;
 use super::drain::cut_event;
 use crate::server::ConnHandle;
 use crate::types::{Envelope, ErrorClass, ErrorEvent, EventStream, FinishReason, StreamEvent};
 
-/// Events queued for a reader. A few socket writes' worth of deltas: enough that a reading
-/// client never waits on the pump, small because a non-reading client holds this much.
-pub const CAPACITY: usize = 16;
-
-/// Why the pump stopped before queueing a terminal event.
-#[derive(Debug)]
+/// Why the watchdog ended a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
-    /// The inner stream ended (with its terminal event, or without one: the dialect says so).
-    Ended,
     /// `max_stream` after commit.
-    Capped(Box<Envelope>),
+    Capped,
     /// The drain cut the stream.
-    Cut(Box<Envelope>),
+    Cut,
     /// The reader took no event for `stall`.
-    Stalled(Box<Envelope>),
+    Stalled,
 }
 
-/// Drives `events` in a task of its own, holding `slot` until it ends; the returned stream
-/// reads what it queued. `max_stream` counts from `Start`; `stall` is how long a queued event
-/// may wait for the reader; `cut` is the drain's cut.
-pub fn pump<S>(
-    mut events: EventStream,
-    slot: S,
+/// What the body and the watchdog share of one stream.
+struct Core<S> {
+    /// The gateway's events and the stream's slot, until the stream ends.
+    live: Option<(EventStream, S)>,
+    /// Set by the watchdog; handed to the reader as the stream's last event.
+    stopped: Option<Stop>,
+    /// The answer's envelope, from its `Start`: boxed, like the event's, and made only then
+    /// (a stream waiting for its first token holds none).
+    envelope: Option<Box<Envelope>>,
+    /// When the reader was handed an event, while it has not asked for the next one.
+    handed_at: Option<Instant>,
+    /// `max_stream` after the commit.
+    cap_at: Option<Instant>,
+    /// The reader's waker while it waits for the upstream, so a stop reaches it.
+    waker: Option<Waker>,
     max_stream: Duration,
     stall: Duration,
-    cut: CancellationToken,
     conn: Option<ConnHandle>,
-) -> EventStream
-where
-    S: Send + 'static,
-{
-    let (tx, mut rx) = queue::<StreamEvent, Stop>(CAPACITY);
-    let task = tokio::spawn(async move {
-        let _slot = slot;
-        // The answer's envelope, from its `Start`: boxed, like the event's, and made only
-        // then (a stream waiting for its first token holds none).
-        let mut envelope: Option<Box<Envelope>> = None;
-        // The cut's waiter and the cap's timer are made once and polled in place: made anew
-        // for each event, they joined and left the token's waiter list and the timer wheel
-        // once per relayed event.
-        let cancelled = cut.cancelled();
-        tokio::pin!(cancelled);
-        let cap = sleep_until(Instant::now() + max_stream);
-        tokio::pin!(cap);
-        let mut capped = false;
-        let stop = loop {
-            let event = tokio::select! {
-                biased;
-                _ = &mut cancelled => break Stop::Cut(envelope.unwrap_or_default()),
-                _ = &mut cap, if capped => break Stop::Capped(envelope.unwrap_or_default()),
-                event = events.next() => event,
-            };
-            let Some(event) = event else { break Stop::Ended };
-            if let StreamEvent::Start(env) = &event {
-                cap.as_mut().reset(Instant::now() + max_stream);
-                capped = true;
-                match &mut envelope {
-                    Some(kept) => kept.clone_from(env),
-                    None => envelope = Some(env.clone()),
-                }
-            }
-            let terminal = matches!(event, StreamEvent::Finish { .. } | StreamEvent::Error(_));
-            // A reader keeping up finds room at once: no timer is armed for it.
-            let event = match tx.try_push(event) {
-                Ok(()) => None,
-                Err(PushError::Closed(_)) => break Stop::Ended,
-                Err(PushError::Full(event)) => Some(event),
-            };
-            if let Some(event) = event {
-                let stalled_at = Instant::now() + stall;
-                tokio::select! {
-                    biased;
-                    _ = &mut cancelled => break Stop::Cut(envelope.unwrap_or_default()),
-                    _ = &mut cap, if capped => break Stop::Capped(envelope.unwrap_or_default()),
-                    _ = sleep_until(stalled_at) => break Stop::Stalled(envelope.unwrap_or_default()),
-                    sent = tx.push(event) => if sent.is_err() { break Stop::Ended },
-                }
-            }
-            if terminal {
-                break Stop::Ended;
-            }
+}
+
+fn lock<S>(core: &Mutex<Core<S>>) -> MutexGuard<'_, Core<S>> {
+    // Nothing panics while holding this lock (the gateway's stream is polled under it, and
+    // a panic there ends the connection's task, which drops the body), so a poisoned
+    // lock's state is whole.
+    core.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<S> Core<S> {
+    /// Ends the stream with `stop`; what it held is returned, to be dropped without the lock.
+    fn stop(&mut self, stop: Stop) -> Option<(EventStream, S)> {
+        self.stopped = Some(stop);
+        self.handed_at = None;
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+        self.live.take()
+    }
+
+    /// The event the reader gets for `stop`.
+    fn last_event(&mut self, stop: Stop) -> StreamEvent {
+        let envelope = self.envelope.take().unwrap_or_default();
+        match stop {
+            Stop::Cut => StreamEvent::Error(Box::new(cut_event(*envelope))),
+            Stop::Capped => StreamEvent::Finish {
+                reason: FinishReason::Truncated,
+                envelope,
+            },
+            Stop::Stalled => StreamEvent::Error(Box::new(too_slow(*envelope, self.stall))),
+        }
+    }
+}
+
+impl<S: Send> Watched for Mutex<Core<S>> {
+    fn watch(&self, now: Instant, cut: bool) -> bool {
+        let mut core = match self.try_lock() {
+            Ok(core) => core,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            // Being polled this moment: not stalled, and the next tick will do.
+            Err(TryLockError::WouldBlock) => return true,
         };
-        // The upstream closes before the slot is given back, and both before the reader
-        // learns why: by then nothing of this stream is held but what is queued.
-        drop(events);
-        drop(_slot);
-        if matches!(stop, Stop::Stalled(_)) {
+        if core.live.is_none() {
+            return false;
+        }
+        let stop = if cut {
+            Stop::Cut
+        } else if core.cap_at.is_some_and(|at| now >= at) {
+            Stop::Capped
+        } else if core.handed_at.is_some_and(|at| now >= at + core.stall) {
+            Stop::Stalled
+        } else {
+            return true;
+        };
+        let held = core.stop(stop);
+        let conn = if stop == Stop::Stalled { core.conn.take() } else { None };
+        let stall = core.stall;
+        drop(core);
+        // The upstream closes before the slot is given back, and both before the
+        // connection: by then nothing of this stream is held.
+        drop(held);
+        if stop == Stop::Stalled {
             tracing::info!(
                 stall_ms = stall.as_millis() as u64,
                 "the client took no event for client_write_timeout_ms; its stream was dropped and its connection closed"
@@ -132,26 +141,98 @@ where
                 conn.abandon();
             }
         }
-        tx.close(stop);
-    });
-    let abort = AbortOnDrop(task);
-    Box::pin(async_stream::stream! {
-        let _abort = abort;
-        let stop = loop {
-            match rx.next().await {
-                Next::Item(event) => yield event,
-                Next::End(stop) => break stop,
-            }
-        };
-        match stop {
-            Some(Stop::Cut(envelope)) => yield StreamEvent::Error(Box::new(cut_event(*envelope))),
-            Some(Stop::Capped(envelope)) => yield StreamEvent::Finish { reason: FinishReason::Truncated, envelope },
-            Some(Stop::Stalled(envelope)) => yield StreamEvent::Error(Box::new(too_slow(*envelope, stall))),
-            // Ended, or the task is gone (it panicked): the dialect renders an unfinished
-            // stream honestly.
-            Some(Stop::Ended) | None => {}
+        false
+    }
+}
+
+/// The stream a response body reads.
+struct Pumped<S> {
+    core: Arc<Mutex<Core<S>>>,
+}
+
+impl<S: Send> Stream for Pumped<S> {
+    type Item = StreamEvent;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamEvent>> {
+        let mut core = lock(&self.core);
+        if let Some(stop) = core.stopped.take() {
+            return Poll::Ready(Some(core.last_event(stop)));
         }
-    })
+        let Some((events, _)) = core.live.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let event = match events.poll_next_unpin(cx) {
+            Poll::Pending => {
+                core.handed_at = None;
+                if !core.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    core.waker = Some(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
+            Poll::Ready(event) => event,
+        };
+        let now = Instant::now();
+        let ended = match &event {
+            None | Some(StreamEvent::Finish { .. } | StreamEvent::Error(_)) => true,
+            Some(StreamEvent::Start(env)) => {
+                core.cap_at = Some(now + core.max_stream);
+                match &mut core.envelope {
+                    Some(kept) => kept.clone_from(env),
+                    None => core.envelope = Some(env.clone()),
+                }
+                false
+            }
+            Some(_) => false,
+        };
+        if ended {
+            // The upstream closes and the slot is given back as the answer ends, not when
+            // hyper drops the body.
+            let held = core.live.take();
+            core.handed_at = None;
+            drop(core);
+            drop(held);
+        } else {
+            core.handed_at = Some(now);
+        }
+        Poll::Ready(event)
+    }
+}
+
+impl Watch {
+    /// Drives `events` as the returned stream is read, holding `slot` until the answer
+    /// ends; the watchdog ends it earlier at `max_stream` after `Start`, once its reader has
+    /// not asked for an event for `stall` after being handed one, or at the drain's cut.
+    /// `conn` is closed when the reader stalls.
+    pub fn pump<S>(
+        &self,
+        events: EventStream,
+        slot: S,
+        max_stream: Duration,
+        stall: Duration,
+        conn: Option<ConnHandle>,
+    ) -> EventStream
+    where
+        S: Send + 'static,
+    {
+        let mut core = Core {
+            live: Some((events, slot)),
+            stopped: None,
+            envelope: None,
+            handed_at: None,
+            cap_at: None,
+            waker: None,
+            max_stream,
+            stall,
+            conn,
+        };
+        if self.is_cut() {
+            drop(core.stop(Stop::Cut));
+        }
+        let core = Arc::new(Mutex::new(core));
+        let watched: Arc<dyn Watched> = core.clone();
+        self.register(Arc::downgrade(&watched) as Weak<dyn Watched>);
+        Box::pin(Pumped { core })
+    }
 }
 
 /// The in-band error a stream ends with when its reader took no event for `stall`.
@@ -169,21 +250,11 @@ fn too_slow(envelope: Envelope, stall: Duration) -> ErrorEvent {
     }
 }
 
-/// Aborts the pump when its reader is dropped, so a client that goes away cancels the
-/// upstream at once, even while the pump waits on it.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
+    use tokio_util::sync::CancellationToken;
 
     /// Counts as released when dropped.
     struct Slot(Arc<AtomicBool>);
@@ -206,52 +277,20 @@ mod tests {
         })
     }
 
+    /// A committed answer whose upstream then says nothing, ever.
+    fn silent_after_start(dropped: Arc<AtomicBool>) -> EventStream {
+        let guard = Slot(dropped);
+        Box::pin(async_stream::stream! {
+            let _guard = guard;
+            yield StreamEvent::Start(Box::new(Envelope { route: Some("r".into()), ..Envelope::default() }));
+            std::future::pending::<()>().await;
+        })
+    }
+
     async fn settle() {
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_reader_that_never_reads_loses_its_upstream_and_slot_at_max_stream() {
-        let (upstream, slot) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let mut out = pump(
-            endless(upstream.clone()),
-            Slot(slot.clone()),
-            Duration::from_secs(60),
-            Duration::from_secs(600),
-            CancellationToken::new(),
-            None,
-        );
-        assert!(
-            matches!(out.next().await, Some(StreamEvent::Start(_))),
-            "start comes through"
-        );
-        tokio::time::advance(Duration::from_secs(59)).await;
-        settle().await;
-        assert!(!upstream.load(Ordering::SeqCst), "still streaming before the cap");
-        assert!(!slot.load(Ordering::SeqCst), "slot held before the cap");
-        tokio::time::advance(Duration::from_secs(2)).await;
-        settle().await;
-        assert!(
-            upstream.load(Ordering::SeqCst),
-            "the upstream is closed at max_stream without a read"
-        );
-        assert!(
-            slot.load(Ordering::SeqCst),
-            "the slot is released at max_stream without a read"
-        );
-        let rest: Vec<StreamEvent> = out.collect().await;
-        assert!(
-            rest.len() <= CAPACITY + 1,
-            "only what was queued, then the end: {}",
-            rest.len()
-        );
-        assert!(
-            matches!(rest.last(), Some(StreamEvent::Finish { reason: FinishReason::Truncated, envelope }) if envelope.route.as_deref() == Some("r")),
-            "the reader ends with a truncated finish carrying the envelope: {:?}",
-            rest.last()
-        );
     }
 
     /// Lets `ms` of paused time pass in 10 ms steps, so `endless` produces as it would.
@@ -262,18 +301,61 @@ mod tests {
         }
     }
 
+    const TICK_MS: u64 = TICK.as_millis() as u64;
+
+    fn released() -> (Arc<AtomicBool>, Arc<AtomicBool>) {
+        (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_that_never_reads_loses_its_upstream_and_slot_at_max_stream() {
+        let watch = Watch::start(CancellationToken::new());
+        let (upstream, slot) = released();
+        let mut out = watch.pump(
+            endless(upstream.clone()),
+            Slot(slot.clone()),
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+            None,
+        );
+        assert!(
+            matches!(out.next().await, Some(StreamEvent::Start(_))),
+            "start comes through"
+        );
+        tokio::time::advance(Duration::from_secs(59)).await;
+        settle().await;
+        assert!(!upstream.load(Ordering::SeqCst), "still streaming before the cap");
+        assert!(!slot.load(Ordering::SeqCst), "slot held before the cap");
+        tokio::time::advance(Duration::from_secs(1) + TICK).await;
+        settle().await;
+        assert!(
+            upstream.load(Ordering::SeqCst),
+            "the upstream is closed at max_stream (within a tick) without a read"
+        );
+        assert!(
+            slot.load(Ordering::SeqCst),
+            "the slot is released at max_stream without a read"
+        );
+        let rest: Vec<StreamEvent> = out.collect().await;
+        assert!(
+            matches!(rest.as_slice(), [StreamEvent::Finish { reason: FinishReason::Truncated, envelope }] if envelope.route.as_deref() == Some("r")),
+            "the reader ends with a truncated finish carrying the envelope, and nothing more: {rest:?}"
+        );
+        assert_eq!(watch.watched(), 0, "and the watchdog forgot the stream");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_reader_that_takes_no_event_for_the_stall_time_loses_its_upstream_and_slot() {
-        let (upstream, slot) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let mut out = pump(
+        let watch = Watch::start(CancellationToken::new());
+        let (upstream, slot) = released();
+        let mut out = watch.pump(
             endless(upstream.clone()),
             Slot(slot.clone()),
             Duration::from_secs(600),
             Duration::from_secs(5),
-            CancellationToken::new(),
             None,
         );
-        // A slow reader: one event every 4 s, within the stall time, with the queue full.
+        // A slow reader: one event every 4 s, within the stall time.
         for _ in 0..4 {
             run_for(4_000).await;
             assert!(
@@ -283,22 +365,17 @@ mod tests {
             assert!(out.next().await.is_some(), "a slow reader is still served");
         }
         // Then it stops reading.
-        run_for(4_500).await;
+        run_for(4_900).await;
         assert!(!upstream.load(Ordering::SeqCst), "not before the stall time");
-        run_for(600).await;
+        run_for(100 + TICK_MS).await;
         assert!(
             upstream.load(Ordering::SeqCst),
-            "the upstream is closed once no event was taken for 5 s"
+            "the upstream is closed once no event was taken for 5 s (within a tick)"
         );
         assert!(slot.load(Ordering::SeqCst), "and the slot released");
-        let mut rest: Vec<StreamEvent> = out.collect().await;
-        let last = rest.pop();
-        assert!(
-            rest.len() <= CAPACITY && rest.iter().all(|e| matches!(e, StreamEvent::TextDelta(_))),
-            "the reader gets what was queued: {rest:?}"
-        );
-        match last {
-            Some(StreamEvent::Error(e)) => {
+        let rest: Vec<StreamEvent> = out.collect().await;
+        match rest.as_slice() {
+            [StreamEvent::Error(e)] => {
                 assert_eq!(
                     e.class,
                     ErrorClass::ClientTooSlow,
@@ -308,20 +385,45 @@ mod tests {
                 assert!(e.message.contains("client_write_timeout_ms"), "{}", e.message);
                 assert_eq!(e.envelope.route.as_deref(), Some("r"), "the answer's envelope");
             }
-            other => panic!("then a client_too_slow error, not {other:?}"),
+            other => panic!("then a client_too_slow error and the end, not {other:?}"),
         }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_cut_ends_a_stream_with_a_draining_error_after_what_was_queued() {
-        let upstream = Arc::new(AtomicBool::new(false));
+    async fn waiting_for_a_silent_upstream_is_not_a_stalled_reader() {
+        let watch = Watch::start(CancellationToken::new());
+        let (upstream, slot) = released();
+        let mut out = watch.pump(
+            silent_after_start(upstream.clone()),
+            Slot(slot.clone()),
+            Duration::from_secs(600),
+            Duration::from_secs(5),
+            None,
+        );
+        assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
+        // The reader asks at once and waits far past the stall time, for the upstream.
+        let waiting = tokio::time::timeout(Duration::from_secs(60), out.next()).await;
+        assert!(waiting.is_err(), "nothing came from the silent upstream");
+        assert!(
+            !upstream.load(Ordering::SeqCst) && !slot.load(Ordering::SeqCst),
+            "a reader waiting for the upstream is not stalled: its stream is kept"
+        );
+        // It stops asking: now the stall counts, from the last event it was handed. It was
+        // handed none since `Start`, 60 s ago, but the wait for the upstream does not count.
+        run_for(4_000).await;
+        assert!(!upstream.load(Ordering::SeqCst), "kept");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cut_ends_a_stream_with_a_draining_error() {
         let cut = CancellationToken::new();
-        let mut out = pump(
+        let watch = Watch::start(cut.clone());
+        let upstream = Arc::new(AtomicBool::new(false));
+        let mut out = watch.pump(
             endless(upstream.clone()),
             (),
             Duration::from_secs(600),
             Duration::from_secs(600),
-            cut.clone(),
             None,
         );
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
@@ -330,32 +432,76 @@ mod tests {
         settle().await;
         assert!(upstream.load(Ordering::SeqCst), "the cut closes the upstream");
         let rest: Vec<StreamEvent> = out.collect().await;
-        match rest.last() {
-            Some(StreamEvent::Error(e)) => assert_eq!(e.class.as_str(), "draining", "class"),
+        match rest.as_slice() {
+            [StreamEvent::Error(e)] => assert_eq!(e.class.as_str(), "draining", "class"),
             other => panic!("ends with a draining error, not {other:?}"),
         }
+        let after = watch.pump(
+            endless(Arc::new(AtomicBool::new(false))),
+            (),
+            Duration::from_secs(600),
+            Duration::from_secs(600),
+            None,
+        );
+        let after: Vec<StreamEvent> = after.collect().await;
+        assert!(
+            matches!(after.as_slice(), [StreamEvent::Error(e)] if e.class.as_str() == "draining"),
+            "a stream pumped after the cut ends at once: {after:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn dropping_the_reader_closes_the_upstream_at_once() {
-        let (upstream, slot) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let mut out = pump(
+    async fn a_reader_waiting_for_its_upstream_is_woken_by_the_cut() {
+        let cut = CancellationToken::new();
+        let watch = Watch::start(cut.clone());
+        let upstream = Arc::new(AtomicBool::new(false));
+        let mut out = watch.pump(
+            silent_after_start(upstream.clone()),
+            (),
+            Duration::from_secs(600),
+            Duration::from_secs(600),
+            None,
+        );
+        assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
+        let reader = tokio::spawn(async move { out.next().await });
+        run_for(1_000).await;
+        assert!(!reader.is_finished(), "the reader waits for the silent upstream");
+        cut.cancel();
+        let last = tokio::time::timeout(Duration::from_secs(1), reader)
+            .await
+            .expect("the waiting reader is woken")
+            .expect("reader task");
+        assert!(
+            matches!(&last, Some(StreamEvent::Error(e)) if e.class.as_str() == "draining"),
+            "with the draining error: {last:?}"
+        );
+        assert!(upstream.load(Ordering::SeqCst), "and the upstream is closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_reader_closes_the_upstream_at_once_and_the_watchdog_forgets_it() {
+        let watch = Watch::start(CancellationToken::new());
+        let (upstream, slot) = released();
+        let mut out = watch.pump(
             endless(upstream.clone()),
             Slot(slot.clone()),
             Duration::from_secs(600),
             Duration::from_secs(600),
-            CancellationToken::new(),
             None,
         );
         out.next().await;
+        assert_eq!(watch.watched(), 1, "watched while it runs");
         drop(out);
-        settle().await;
         assert!(upstream.load(Ordering::SeqCst), "upstream closed");
         assert!(slot.load(Ordering::SeqCst), "slot released");
+        run_for(TICK_MS + 10).await;
+        assert_eq!(watch.watched(), 0, "forgotten at the next tick");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_finished_answer_passes_through_unchanged() {
+    async fn a_finished_answer_passes_through_unchanged_and_releases_its_slot_at_its_end() {
+        let watch = Watch::start(CancellationToken::new());
+        let slot = Arc::new(AtomicBool::new(false));
         let events: EventStream = Box::pin(futures::stream::iter(vec![
             StreamEvent::Start(Box::default()),
             StreamEvent::TextDelta("hi".into()),
@@ -363,27 +509,55 @@ mod tests {
                 reason: FinishReason::Stop,
                 envelope: Box::new(Envelope::default()),
             },
+            StreamEvent::TextDelta("never read".into()),
         ]));
-        let out: Vec<StreamEvent> = pump(
+        let mut out = watch.pump(
             events,
-            (),
+            Slot(slot.clone()),
             Duration::from_secs(1),
             Duration::from_secs(1),
-            CancellationToken::new(),
             None,
-        )
-        .collect()
-        .await;
-        assert_eq!(out.len(), 3, "every event, nothing added: {out:?}");
+        );
+        let mut seen = Vec::new();
+        while let Some(event) = out.next().await {
+            let terminal = matches!(event, StreamEvent::Finish { .. });
+            seen.push(event);
+            if terminal {
+                assert!(slot.load(Ordering::SeqCst), "released with the terminal event");
+            }
+        }
+        assert_eq!(seen.len(), 3, "every event up to the finish, nothing added: {seen:?}");
         assert!(
             matches!(
-                out[2],
+                seen[2],
                 StreamEvent::Finish {
                     reason: FinishReason::Stop,
                     ..
                 }
             ),
             "the real finish"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_watchdog_waits_and_wakes_for_the_next_stream() {
+        let watch = Watch::start(CancellationToken::new());
+        // Long past `IDLE`: the watchdog waits for a registration.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        settle().await;
+        let (upstream, slot) = released();
+        let mut out = watch.pump(
+            endless(upstream.clone()),
+            Slot(slot.clone()),
+            Duration::from_secs(2),
+            Duration::from_secs(600),
+            None,
+        );
+        assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
+        run_for(2_000 + TICK_MS).await;
+        assert!(
+            upstream.load(Ordering::SeqCst) && slot.load(Ordering::SeqCst),
+            "the woken watchdog enforces the cap"
         );
     }
 }

@@ -12,6 +12,7 @@ use crate::gateway::Gateway;
 use crate::shared::Shared;
 use crate::transport::auth::Access;
 use crate::transport::drain::Drain;
+use crate::transport::pump::Watch;
 use crate::transport::streams::Registry;
 use crate::types::Priority;
 
@@ -31,6 +32,8 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     /// Shutdown: begun (`/readyz` 503, new chats refused) and cut (streams end in-band).
     pub drain: Drain,
+    /// The chat streams' watchdog (`transport::pump`): `max_stream_ms`, the stall, the cut.
+    pub pumps: Arc<Watch>,
     /// Resumable streams (`POST /v1/streams`, WebSocket requests); `cut_all` at drain's end.
     pub resumable: Arc<Registry>,
     /// `[state] redis_url`: state shared with other instances, or `None` (local only).
@@ -67,6 +70,7 @@ impl AppState {
             gateway,
             config,
             metrics: crate::telemetry::install(),
+            pumps: Arc::new(Watch::start(drain.cut_token())),
             drain,
             resumable,
         }
