@@ -15,10 +15,11 @@
 //!    ◄──────────── StreamEvent stream, pulled by the transport ◄──────────────
 //! ```
 //!
-//! One task per stream, the transport's pump, polls the gateway's stream, which polls the
-//! mux, which polls its attempts; the client's response reads the pump through a bounded
-//! channel. Dropping the client's stream aborts the pump, drops every attempt and closes
-//! every upstream connection.
+//! The client's response body polls the gateway's stream (through the transport's pump),
+//! which polls the mux, which polls its attempts: no task of its own per stream. One
+//! watchdog for the whole server ends a stream whose client stopped reading, or whose
+//! `max_stream_ms` or drain cut came. Dropping the client's stream drops every attempt and
+//! closes every upstream connection.
 //!
 //! # Layout
 //!

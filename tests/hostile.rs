@@ -75,7 +75,7 @@ async fn an_http2_stream_that_is_not_read_is_dropped_at_the_write_timeout_though
     let waited = started.elapsed();
     assert!(
         waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
-        "at the write timeout (2 s after the queue filled), not at max_stream_ms: {waited:?}"
+        "at the write timeout (2 s after the socket filled), not at max_stream_ms: {waited:?}"
     );
     assert_eq!(
         server.state.streams.available_permits(),

@@ -11,8 +11,8 @@
 //!
 //! A client that stops reading is found by the socket's write timeout
 //! (`client_write_timeout`, via `tokio-io-timeout`): once a write has waited that long without
-//! a byte taken, the connection fails, hyper drops its responses, and each stream's pump is
-//! aborted with its upstream and slot.
+//! a byte taken, the connection fails, hyper drops its responses, and with each its pump,
+//! upstream and slot.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -2,9 +2,9 @@
 //! new chat requests are refused) and when the drain time ran out (streams still running end
 //! with an in-band `draining` error).
 //!
-//! The server raises both (`server::serve`); handlers read `is_draining`, and each stream's
-//! pump (`transport::pump`) waits on `cut` so that a stream whose client is not reading ends
-//! too.
+//! The server raises both (`server::serve`); handlers read `is_draining`, and the pumps'
+//! watchdog (`transport::pump`) waits on `cut` so that a stream whose client is not reading
+//! ends too.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

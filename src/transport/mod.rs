@@ -6,9 +6,9 @@
 //! `retry-after: 1`), call the gateway, wait for the first event. `Error` first means nothing was committed: the
 //! client gets a real HTTP status. `Start` first commits: response headers go out with
 //! the envelope, and the rest of the stream is mapped to frames as the client reads them.
-//! Each HTTP stream has one task, its pump (`pump`), which a bounded queue ties to the
-//! response; when the client goes away the body is dropped, the pump aborted, and with it
-//! the event stream and every upstream attempt. Resumable streams (`/v1/streams` and every
+//! The response body polls the event stream through its pump (`pump`), which the server's
+//! one watchdog ends from outside when the client stops reading; when the client goes away
+//! the body is dropped, and with it the event stream and every upstream attempt. Resumable streams (`/v1/streams` and every
 //! WebSocket request) also keep going without a reader, by design: one task per answer,
 //! bounded by the replay buffer, `detached_cancel_ms` and the stream slot it holds.
 //!
@@ -21,8 +21,9 @@
 //! - `streams`, `replay`: resumable streams (`/v1/streams`), each answer driven by its own
 //!   task into a bounded replay buffer, read over SSE or the WebSocket (docs/streams.md).
 //! - `chat`: the steps before the answer that every HTTP chat endpoint shares.
-//! - `pump`: one task per stream that owns its slot and upstream, so `max_stream_ms` and
-//!   the drain's cut hold even for a client that does not read.
+//! - `pump`: the stream a body reads, which owns its slot and upstream, and the watchdog
+//!   that makes `max_stream_ms`, the stall and the drain's cut hold for a client that does
+//!   not read.
 //! - `drain`: the shutdown signal (begun, cut) and the in-band `draining` error.
 //! - `body`: what a chat body must be before decoding (JSON, within the cost limits).
 //! - `tool_cost`: what a decoded request's tool schemas may cost to compile.

@@ -4,43 +4,60 @@
 //! hyper polls a response body only when it can write to the socket, so a client that stops
 //! reading (or reads a byte now and then) stops every timer inside the body, and with it
 //! `max_stream_ms` and the drain's cut. So the body polls the gateway's events itself, with
-//! nothing between them (an event goes from the upstream connection's task straight to the
-//! client connection's, as through a bare proxy), and the server's one watchdog (`watch`)
-//! ends a stream from outside, dropping its events (which closes every upstream connection)
-//! and its slot, when:
-//! - `max_stream` passed since the commit (`Start`): the reader then gets, should it read
-//!   again, the same truncated `Finish` the mux sends at its own cap;
-//! - the reader has not asked for the next event for `stall` (`client_write_timeout_ms`)
-//!   since it was handed the last one. Time spent waiting for the upstream never counts.
-//!   Over HTTP/1 the socket's write timeout finds such a client too, but an HTTP/2 client
-//!   can keep its connection alive (reading other streams, answering pings) while never
-//!   opening one stream's flow-control window: hyper then never polls that body, and only
-//!   this limit releases the stream's slot and upstream. Nor would hyper ever drop that
-//!   stream's body, so its connection is closed too (`server::ConnHandle`), as the write
-//!   timeout closes an HTTP/1.1 one. The reader gets a `client_too_slow` error (class client:
-//!   logged and counted as the client's, never as tailcut's own `internal`), should it ever
-//!   read again;
-//! - the drain cut it: the reader then gets a `draining` error.
+//! nothing between them while its reader keeps up (an event goes from the upstream
+//! connection's task straight to the client connection's, as through a bare proxy), and the
+//! server's one watchdog (`watch`) looks after every stream from outside, once a `watch::TICK`:
+//! - a reader that has not come back for `TICK` although it may have something to take (it
+//!   was handed an event, or the gateway's stream woke it since) has events read for it, up
+//!   to `AHEAD`, in its place: the mux's timers run and an answer that ends is released
+//!   without it;
+//! - `max_stream` passed since the commit (`Start`): the stream ends; its reader gets, after
+//!   what was read ahead, the same truncated `Finish` the mux sends at its own cap;
+//! - `AHEAD` events have waited for the reader for `stall` (`client_write_timeout_ms`): the
+//!   stream ends. Time spent waiting for the upstream never counts, nor does a slow write of
+//!   one big event. Over HTTP/1 the socket's write timeout finds such a client too, but an
+//!   HTTP/2 client can keep its connection alive (reading other streams, answering pings)
+//!   while never opening one stream's flow-control window: hyper then never polls that body
+//!   (it waits for window, woken or not), and only this limit releases the stream's slot and
+//!   upstream. Nor would hyper ever drop that stream's body, so its connection is closed too
+//!   (`server::ConnHandle`), as the write timeout closes an HTTP/1.1 one. The reader gets
+//!   what was read ahead and then a `client_too_slow` error (class client: logged and counted
+//!   as the client's, never as tailcut's own `internal`), should it ever read again;
+//! - the drain cut it: the reader gets a `draining` error after what was read ahead.
 //!
-//! The stream ends by itself, releasing both at once, when its terminal event is handed out
-//! or its reader goes away (the body is dropped). A limit is enforced at most `watch::TICK`
-//! late. Memory per stream is what the gateway's stream holds: nothing is read ahead.
+//! When a stream ends, its upstream closes and its slot is given back before its reader can
+//! see why. It ends by itself, releasing both, when its terminal event is taken (by its
+//! reader or read ahead) or its reader goes away (the body is dropped). A limit is enforced
+//! a tick late at most, or a tick more for each tick that finds the stream being polled.
+//! Memory per stream is what the gateway's stream holds, and at most `AHEAD` events.
+//!
+//! A panic in the gateway's stream ends that stream alone: its reader sees it end unfinished
+//! (the dialect says so honestly) and the client's connection goes on.
 
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
 mod watch;
 
-pub use self::watch::{Watch, TICK};
 use self::watch::Watched;
+pub use self::watch::{Watch, TICK};
 use super::drain::cut_event;
 use crate::server::ConnHandle;
 use crate::types::{Envelope, ErrorClass, ErrorEvent, EventStream, FinishReason, StreamEvent};
+
+/// Events read ahead for a reader that does not come for them: a few socket writes' worth of
+/// deltas, so one slow write of a big event (a whole tool call) is not a stall; small, because
+/// a client that never reads holds this much until its stall time.
+pub const AHEAD: usize = 16;
 
 /// Why the watchdog ended a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,46 +66,122 @@ enum Stop {
     Capped,
     /// The drain cut the stream.
     Cut,
-    /// The reader took no event for `stall`.
+    /// `AHEAD` events waited for the reader for `stall`.
     Stalled,
+}
+
+/// The waker the gateway's stream is polled with: it notes that the stream has something,
+/// then wakes the reader. So the watchdog can tell a reader waiting for the upstream from one
+/// that was woken and did not come (hyper waits for flow-control window, not for the body).
+struct Signal {
+    ready: AtomicBool,
+    reader: AtomicWaker,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ready.store(true, Ordering::Release);
+        self.reader.wake();
+    }
 }
 
 /// What the body and the watchdog share of one stream.
 struct Core<S> {
     /// The gateway's events and the stream's slot, until the stream ends.
     live: Option<(EventStream, S)>,
-    /// Set by the watchdog; handed to the reader as the stream's last event.
+    /// Events read ahead for the reader (at most `AHEAD`); `None` last: the stream ended
+    /// without a terminal event.
+    ahead: VecDeque<Option<StreamEvent>>,
+    /// Since when `ahead` is full.
+    full_since: Option<Instant>,
+    /// Set by the watchdog; handed to the reader after what was read ahead.
     stopped: Option<Stop>,
     /// The answer's envelope, from its `Start`: boxed, like the event's, and made only then
     /// (a stream waiting for its first token holds none).
     envelope: Option<Box<Envelope>>,
-    /// When the reader was handed an event, while it has not asked for the next one.
-    handed_at: Option<Instant>,
+    /// When the reader last asked, and whether it was then told to wait (`Pending`).
+    asked_at: Instant,
+    waiting: bool,
     /// `max_stream` after the commit.
     cap_at: Option<Instant>,
-    /// The reader's waker while it waits for the upstream, so a stop reaches it.
-    waker: Option<Waker>,
+    signal: Arc<Signal>,
+    /// `signal` as a waker, made once.
+    waker: Waker,
     max_stream: Duration,
     stall: Duration,
     conn: Option<ConnHandle>,
 }
 
 fn lock<S>(core: &Mutex<Core<S>>) -> MutexGuard<'_, Core<S>> {
-    // Nothing panics while holding this lock (the gateway's stream is polled under it, and
-    // a panic there ends the connection's task, which drops the body), so a poisoned
-    // lock's state is whole.
+    // The gateway's stream is polled under this lock, but inside `catch_unwind`, and nothing
+    // else that runs under it panics: a poisoned lock's state is whole.
     core.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<S> Core<S> {
-    /// Ends the stream with `stop`; what it held is returned, to be dropped without the lock.
-    fn stop(&mut self, stop: Stop) -> Option<(EventStream, S)> {
-        self.stopped = Some(stop);
-        self.handed_at = None;
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
+    /// Polls the gateway's stream once (with `signal`); a panic in it ends the stream
+    /// unfinished. Notes the commit and the end; what the stream held is released at its end.
+    fn poll_events(&mut self, now: Instant) -> Poll<Option<StreamEvent>> {
+        let Some((events, _)) = self.live.as_mut() else {
+            return Poll::Ready(None);
+        };
+        self.signal.ready.store(false, Ordering::Release);
+        let mut cx = Context::from_waker(&self.waker);
+        let polled = catch_unwind(AssertUnwindSafe(|| events.poll_next_unpin(&mut cx)));
+        let event = match polled {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(event)) => event,
+            Err(_) => {
+                tracing::error!("a chat stream panicked; it ends unfinished");
+                None
+            }
+        };
+        match &event {
+            None | Some(StreamEvent::Finish { .. } | StreamEvent::Error(_)) => {
+                // The upstream closes and the slot is given back as the answer ends, not
+                // when hyper drops the body.
+                drop(self.live.take());
+            }
+            Some(StreamEvent::Start(env)) => {
+                self.cap_at = Some(now + self.max_stream);
+                match &mut self.envelope {
+                    Some(kept) => kept.clone_from(env),
+                    None => self.envelope = Some(env.clone()),
+                }
+            }
+            Some(_) => {}
         }
-        self.live.take()
+        Poll::Ready(event)
+    }
+
+    /// Reads ahead for a reader that has not come back for `TICK` although it may have
+    /// something to take, until the stream waits, ends, or `AHEAD` events wait.
+    fn read_ahead(&mut self, now: Instant) {
+        let may_have = !self.waiting || self.signal.ready.load(Ordering::Acquire);
+        if !may_have || now < self.asked_at + TICK {
+            return;
+        }
+        while self.ahead.len() < AHEAD && self.live.is_some() {
+            match self.poll_events(now) {
+                Poll::Pending => break,
+                Poll::Ready(event) => self.ahead.push_back(event),
+            }
+        }
+        if self.ahead.len() == AHEAD && self.full_since.is_none() {
+            self.full_since = Some(now);
+        }
+    }
+
+    /// Ends the stream with `stop`: the upstream closes and the slot is given back, then the
+    /// reader is woken to learn why.
+    fn stop(&mut self, stop: Stop) {
+        drop(self.live.take());
+        self.stopped = Some(stop);
+        self.signal.reader.wake();
     }
 
     /// The event the reader gets for `stop`.
@@ -110,7 +203,7 @@ impl<S: Send> Watched for Mutex<Core<S>> {
         let mut core = match self.try_lock() {
             Ok(core) => core,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            // Being polled this moment: not stalled, and the next tick will do.
+            // Being polled this moment: its reader is there, and the next tick will do.
             Err(TryLockError::WouldBlock) => return true,
         };
         if core.live.is_none() {
@@ -120,19 +213,17 @@ impl<S: Send> Watched for Mutex<Core<S>> {
             Stop::Cut
         } else if core.cap_at.is_some_and(|at| now >= at) {
             Stop::Capped
-        } else if core.handed_at.is_some_and(|at| now >= at + core.stall) {
+        } else if core.full_since.is_some_and(|since| now >= since + core.stall) {
             Stop::Stalled
         } else {
-            return true;
+            core.read_ahead(now);
+            return core.live.is_some();
         };
-        let held = core.stop(stop);
-        let conn = if stop == Stop::Stalled { core.conn.take() } else { None };
-        let stall = core.stall;
-        drop(core);
-        // The upstream closes before the slot is given back, and both before the
-        // connection: by then nothing of this stream is held.
-        drop(held);
+        core.stop(stop);
         if stop == Stop::Stalled {
+            let conn = core.conn.take();
+            let stall = core.stall;
+            drop(core);
             tracing::info!(
                 stall_ms = stall.as_millis() as u64,
                 "the client took no event for client_write_timeout_ms; its stream was dropped and its connection closed"
@@ -155,54 +246,29 @@ impl<S: Send> Stream for Pumped<S> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamEvent>> {
         let mut core = lock(&self.core);
+        let core = &mut *core;
+        let now = Instant::now();
+        core.asked_at = now;
+        core.waiting = false;
+        if let Some(event) = core.ahead.pop_front() {
+            core.full_since = None;
+            return Poll::Ready(event);
+        }
         if let Some(stop) = core.stopped.take() {
             return Poll::Ready(Some(core.last_event(stop)));
         }
-        let Some((events, _)) = core.live.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let event = match events.poll_next_unpin(cx) {
-            Poll::Pending => {
-                core.handed_at = None;
-                if !core.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    core.waker = Some(cx.waker().clone());
-                }
-                return Poll::Pending;
-            }
-            Poll::Ready(event) => event,
-        };
-        let now = Instant::now();
-        let ended = match &event {
-            None | Some(StreamEvent::Finish { .. } | StreamEvent::Error(_)) => true,
-            Some(StreamEvent::Start(env)) => {
-                core.cap_at = Some(now + core.max_stream);
-                match &mut core.envelope {
-                    Some(kept) => kept.clone_from(env),
-                    None => core.envelope = Some(env.clone()),
-                }
-                false
-            }
-            Some(_) => false,
-        };
-        if ended {
-            // The upstream closes and the slot is given back as the answer ends, not when
-            // hyper drops the body.
-            let held = core.live.take();
-            core.handed_at = None;
-            drop(core);
-            drop(held);
-        } else {
-            core.handed_at = Some(now);
-        }
-        Poll::Ready(event)
+        core.signal.reader.register(cx.waker());
+        let polled = core.poll_events(now);
+        core.waiting = polled.is_pending();
+        polled
     }
 }
 
 impl Watch {
     /// Drives `events` as the returned stream is read, holding `slot` until the answer
-    /// ends; the watchdog ends it earlier at `max_stream` after `Start`, once its reader has
-    /// not asked for an event for `stall` after being handed one, or at the drain's cut.
-    /// `conn` is closed when the reader stalls.
+    /// ends; the watchdog reads ahead for a reader that does not come, and ends the stream
+    /// earlier at `max_stream` after `Start`, once `AHEAD` events waited for the reader for
+    /// `stall`, or at the drain's cut. `conn` is closed when the reader stalls.
     pub fn pump<S>(
         &self,
         events: EventStream,
@@ -214,19 +280,27 @@ impl Watch {
     where
         S: Send + 'static,
     {
+        let signal = Arc::new(Signal {
+            ready: AtomicBool::new(false),
+            reader: AtomicWaker::new(),
+        });
         let mut core = Core {
             live: Some((events, slot)),
+            ahead: VecDeque::new(),
+            full_since: None,
             stopped: None,
             envelope: None,
-            handed_at: None,
+            asked_at: Instant::now(),
+            waiting: false,
             cap_at: None,
-            waker: None,
+            waker: Waker::from(Arc::clone(&signal)),
+            signal,
             max_stream,
             stall,
             conn,
         };
         if self.is_cut() {
-            drop(core.stop(Stop::Cut));
+            core.stop(Stop::Cut);
         }
         let core = Arc::new(Mutex::new(core));
         let watched: Arc<dyn Watched> = core.clone();
@@ -302,6 +376,8 @@ mod tests {
     }
 
     const TICK_MS: u64 = TICK.as_millis() as u64;
+    /// How long the watchdog takes to read `AHEAD` events from `endless`: one a tick.
+    const AHEAD_MS: u64 = AHEAD as u64 * TICK_MS;
 
     fn released() -> (Arc<AtomicBool>, Arc<AtomicBool>) {
         (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)))
@@ -322,12 +398,10 @@ mod tests {
             matches!(out.next().await, Some(StreamEvent::Start(_))),
             "start comes through"
         );
-        tokio::time::advance(Duration::from_secs(59)).await;
-        settle().await;
+        run_for(59_000).await;
         assert!(!upstream.load(Ordering::SeqCst), "still streaming before the cap");
         assert!(!slot.load(Ordering::SeqCst), "slot held before the cap");
-        tokio::time::advance(Duration::from_secs(1) + TICK).await;
-        settle().await;
+        run_for(1_000 + TICK_MS).await;
         assert!(
             upstream.load(Ordering::SeqCst),
             "the upstream is closed at max_stream (within a tick) without a read"
@@ -337,11 +411,36 @@ mod tests {
             "the slot is released at max_stream without a read"
         );
         let rest: Vec<StreamEvent> = out.collect().await;
+        let (last, ahead) = rest.split_last().expect("events after the cap");
+        assert_eq!(ahead.len(), AHEAD, "what was read ahead comes first: {rest:?}");
         assert!(
-            matches!(rest.as_slice(), [StreamEvent::Finish { reason: FinishReason::Truncated, envelope }] if envelope.route.as_deref() == Some("r")),
-            "the reader ends with a truncated finish carrying the envelope, and nothing more: {rest:?}"
+            ahead.iter().all(|e| matches!(e, StreamEvent::TextDelta(_))),
+            "deltas read ahead: {ahead:?}"
+        );
+        assert!(
+            matches!(last, StreamEvent::Finish { reason: FinishReason::Truncated, envelope } if envelope.route.as_deref() == Some("r")),
+            "the reader ends with a truncated finish carrying the envelope, and nothing more: {last:?}"
         );
         assert_eq!(watch.watched(), 0, "and the watchdog forgot the stream");
+    }
+
+    /// The events after what was read ahead: `AHEAD` deltas, then one client_too_slow error.
+    fn assert_stalled(rest: &[StreamEvent]) {
+        let (last, ahead) = rest.split_last().expect("events after the stall");
+        assert_eq!(ahead.len(), AHEAD, "what was read ahead comes first");
+        match last {
+            StreamEvent::Error(e) => {
+                assert_eq!(
+                    e.class,
+                    ErrorClass::ClientTooSlow,
+                    "the client's fault, not internal: {e:?}"
+                );
+                assert_eq!(e.class.blame(), crate::types::Blame::Client);
+                assert!(e.message.contains("client_write_timeout_ms"), "{}", e.message);
+                assert_eq!(e.envelope.route.as_deref(), Some("r"), "the answer's envelope");
+            }
+            other => panic!("then a client_too_slow error and the end, not {other:?}"),
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -364,29 +463,139 @@ mod tests {
             );
             assert!(out.next().await.is_some(), "a slow reader is still served");
         }
-        // Then it stops reading.
-        run_for(4_900).await;
+        // Then it stops reading: the stall counts from the first tick that finds `AHEAD`
+        // events waiting (read one a tick here: the upstream pauses between deltas).
+        run_for(5_000).await;
         assert!(!upstream.load(Ordering::SeqCst), "not before the stall time");
-        run_for(100 + TICK_MS).await;
+        run_for(AHEAD_MS + 2 * TICK_MS).await;
         assert!(
             upstream.load(Ordering::SeqCst),
-            "the upstream is closed once no event was taken for 5 s (within a tick)"
+            "the upstream is closed once AHEAD events waited for 5 s (within a tick)"
         );
         assert!(slot.load(Ordering::SeqCst), "and the slot released");
         let rest: Vec<StreamEvent> = out.collect().await;
-        match rest.as_slice() {
-            [StreamEvent::Error(e)] => {
-                assert_eq!(
-                    e.class,
-                    ErrorClass::ClientTooSlow,
-                    "the client's fault, not internal: {e:?}"
-                );
-                assert_eq!(e.class.blame(), crate::types::Blame::Client);
-                assert!(e.message.contains("client_write_timeout_ms"), "{}", e.message);
-                assert_eq!(e.envelope.route.as_deref(), Some("r"), "the answer's envelope");
+        assert_stalled(&rest);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_woken_that_never_comes_back_is_stalled() {
+        // An HTTP/2 body whose stream window is shut: hyper polled it, got `Pending` (it
+        // could as well have taken a keep-alive ping then), and waits for window, not for
+        // the body. The upstream then speaks; the body is never polled again.
+        let watch = Watch::start(CancellationToken::new());
+        let (upstream, slot) = released();
+        let guard = Slot(upstream.clone());
+        let events: EventStream = Box::pin(async_stream::stream! {
+            let _guard = guard;
+            yield StreamEvent::Start(Box::new(Envelope { route: Some("r".into()), ..Envelope::default() }));
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            loop {
+                yield StreamEvent::TextDelta("x".into());
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            other => panic!("then a client_too_slow error and the end, not {other:?}"),
-        }
+        });
+        let mut out = watch.pump(
+            events,
+            Slot(slot.clone()),
+            Duration::from_secs(600),
+            Duration::from_secs(5),
+            None,
+        );
+        assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
+        assert!(
+            futures::poll!(out.next()).is_pending(),
+            "the reader waits for the upstream"
+        );
+        run_for(20_000).await;
+        assert!(
+            !upstream.load(Ordering::SeqCst),
+            "waiting for a silent upstream is no stall"
+        );
+        run_for(5_000 + AHEAD_MS + 2 * TICK_MS).await;
+        assert!(
+            upstream.load(Ordering::SeqCst) && slot.load(Ordering::SeqCst),
+            "woken and not back for the stall time: upstream closed, slot released"
+        );
+        let rest: Vec<StreamEvent> = out.collect().await;
+        assert_stalled(&rest);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_write_of_one_big_event_is_no_stall_and_the_answer_is_released_at_its_end() {
+        // A whole tool call takes the client 40 s to read, more than the stall time; the
+        // answer's last events are read ahead meanwhile.
+        let watch = Watch::start(CancellationToken::new());
+        let (upstream, slot) = released();
+        let guard = Slot(upstream.clone());
+        let events: EventStream = Box::pin(async_stream::stream! {
+            let _guard = guard;
+            yield StreamEvent::Start(Box::new(Envelope { route: Some("r".into()), ..Envelope::default() }));
+            yield StreamEvent::TextDelta("a big event".into());
+            yield StreamEvent::TextDelta("and a small one".into());
+            yield StreamEvent::Finish { reason: FinishReason::Stop, envelope: Box::default() };
+            std::future::pending::<()>().await;
+        });
+        let mut out = watch.pump(
+            events,
+            Slot(slot.clone()),
+            Duration::from_secs(600),
+            Duration::from_secs(30),
+            None,
+        );
+        assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
+        assert!(
+            matches!(out.next().await, Some(StreamEvent::TextDelta(_))),
+            "the big event"
+        );
+        run_for(TICK_MS * 3).await;
+        assert!(
+            upstream.load(Ordering::SeqCst) && slot.load(Ordering::SeqCst),
+            "the answer's end was read ahead: upstream and slot released without the reader"
+        );
+        run_for(40_000).await;
+        let rest: Vec<StreamEvent> = out.collect().await;
+        assert!(
+            matches!(
+                rest.as_slice(),
+                [
+                    StreamEvent::TextDelta(_),
+                    StreamEvent::Finish {
+                        reason: FinishReason::Stop,
+                        ..
+                    }
+                ]
+            ),
+            "the rest of the answer, no client_too_slow: {rest:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panic_in_the_stream_ends_it_unfinished_and_releases_it() {
+        let watch = Watch::start(CancellationToken::new());
+        let (upstream, slot) = released();
+        let guard = Slot(upstream.clone());
+        let events: EventStream = Box::pin(async_stream::stream! {
+            let _guard = guard;
+            yield StreamEvent::Start(Box::default());
+            panic!("a bug in the stream");
+        });
+        let mut out = watch.pump(
+            events,
+            Slot(slot.clone()),
+            Duration::from_secs(600),
+            Duration::from_secs(5),
+            None,
+        );
+        assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
+        assert!(
+            out.next().await.is_none(),
+            "then the end, unfinished (the dialect says so)"
+        );
+        assert!(
+            upstream.load(Ordering::SeqCst) && slot.load(Ordering::SeqCst),
+            "upstream closed and slot released"
+        );
+        assert!(out.next().await.is_none(), "and it stays ended");
     }
 
     #[tokio::test(start_paused = true)]
@@ -408,10 +617,12 @@ mod tests {
             !upstream.load(Ordering::SeqCst) && !slot.load(Ordering::SeqCst),
             "a reader waiting for the upstream is not stalled: its stream is kept"
         );
-        // It stops asking: now the stall counts, from the last event it was handed. It was
-        // handed none since `Start`, 60 s ago, but the wait for the upstream does not count.
-        run_for(4_000).await;
-        assert!(!upstream.load(Ordering::SeqCst), "kept");
+        // It stops asking: nothing waits for it, so that is no stall either.
+        run_for(60_000).await;
+        assert!(
+            !upstream.load(Ordering::SeqCst) && !slot.load(Ordering::SeqCst),
+            "kept while nothing waits for the reader"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -100,7 +100,7 @@ mod tests {
 
     #[test]
     fn an_event_stays_small() {
-        // The pump's channel allocates its slots by this size, and every layer between the
+        // The pump's read-ahead allocates its slots by this size, and every layer between the
         // upstream and the socket moves events by value: a large variant must be boxed.
         let size = std::mem::size_of::<StreamEvent>();
         assert!(size <= 64, "StreamEvent is {size} bytes; box the variant that grew");

@@ -1,13 +1,15 @@
-//! The pumps' watchdog: one task for the whole server that ends, from outside, every chat
-//! stream whose limit passed while nothing polled it (`max_stream`, the stall, the drain's cut).
+//! The pumps' watchdog: one task for the whole server that looks after every chat stream
+//! from outside, reading ahead for readers that do not come and ending streams whose limit
+//! passed (`max_stream`, the stall, the drain's cut), whether or not anything polls them.
 //!
 //! Why one task and not one per stream: a task per stream costs a spawn and an abort per
 //! request, and each of those schedules a task, which on a multi-threaded runtime usually
 //! wakes the other worker. Registering a stream here costs a lock and a push. The watchdog
-//! ticks every `TICK` while streams are registered, so a limit is enforced at most one tick
-//! late; after `IDLE` with none it waits until a stream registers, so an idle server is not
+//! ticks every `TICK` while streams are registered, so a limit is enforced about a tick late
+//! (`pump` says exactly); after `IDLE` with none it waits until a stream registers, so an idle server is not
 //! woken at all. Entries are weak: a stream whose body was dropped leaves at the next tick.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -16,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// How often the registered streams are looked at: how late, at most, a limit is enforced.
+/// How often the registered streams are looked at: about how late a limit is enforced.
 pub const TICK: Duration = Duration::from_millis(100);
 
 /// How long the watchdog keeps ticking with no stream registered before it waits for one.
@@ -47,13 +49,25 @@ impl Inner {
 
     /// Looks at every entry once; returns how many are still watched. The list is taken out
     /// while the entries are looked at, so registering never waits for a sweep, and each
-    /// stream's own lock is taken without this one held.
+    /// stream's own lock is taken without this one held. A stream whose look panics is
+    /// forgotten, not the watchdog.
     fn sweep(&self, now: Instant, cut: bool) -> usize {
         let mut entries = std::mem::take(&mut *self.entries());
-        entries.retain(|entry| entry.upgrade().is_some_and(|stream| stream.watch(now, cut)));
+        entries.retain(|entry| {
+            entry
+                .upgrade()
+                .is_some_and(|stream| catch_unwind(AssertUnwindSafe(|| stream.watch(now, cut))).unwrap_or(false))
+        });
         let mut current = self.entries();
-        current.append(&mut entries);
-        current.len()
+        // Those registered during the sweep join the kept list, which goes back in place
+        // with its capacity (appending the kept list to the new one copied it every tick).
+        entries.append(&mut current);
+        std::mem::swap(&mut *current, &mut entries);
+        let len = current.len();
+        if current.capacity() > 4 * len + 64 {
+            current.shrink_to(2 * len);
+        }
+        len
     }
 }
 
@@ -90,7 +104,8 @@ impl Watch {
         }
     }
 
-    /// How many streams are watched (as of the last tick, plus those registered since).
+    /// How many streams are watched (as of the last tick, plus those registered since; less
+    /// while a sweep runs).
     pub fn watched(&self) -> usize {
         self.inner.entries().len()
     }
