@@ -173,6 +173,12 @@ impl fmt::Display for ConnectFailed {
     }
 }
 
+impl ConnectFailed {
+    pub(crate) fn new(e: BoxError) -> Self {
+        ConnectFailed(Arc::new(e))
+    }
+}
+
 impl std::error::Error for ConnectFailed {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         // The connect's own error, so a classifier walking the chain sees it (the connect

@@ -46,6 +46,7 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 use parking_lot::Mutex;
 
 use super::client::{pooled, Connector, RequestBody};
+use super::h1_pool::{H1Body, H1Pool};
 use super::h2_body::H2Body;
 use super::h2_pool::{H2Pool, Sending};
 use super::settings::{ReadsStreamLimit, DEFAULT_STREAMS_PER_CONNECTION};
@@ -107,8 +108,12 @@ impl Lanes {
         proxied: bool,
     ) -> impl Future<Output = Result<Response<LaneBody>, BoxError>> + Send + 'static {
         let set = self.set_for(request.uri(), prior_knowledge, connect_timeout, proxied);
+        if let Some(h1) = &set.h1 {
+            let sending = Arc::clone(h1).send(request);
+            return Either::Left(Either::Right(async move { Ok(sending.await?.map(LaneBody::h1)) }));
+        }
         if !set.speaks_h2.load(Ordering::Relaxed) {
-            return Either::Left(set.pooled(request));
+            return Either::Left(Either::Left(set.pooled(request)));
         }
         let sending = Arc::clone(&set.h2).send(request);
         Either::Right(async move {
@@ -146,7 +151,15 @@ impl Lanes {
                 .map_or_else(|| OVERFLOW.into(), ToString::to_string);
             let connector = self.connector.with_timeout(key.connect_timeout);
             let target = target(key);
+            // A plain-http upstream reached directly without prior knowledge speaks HTTP/1.1
+            // from its first byte: on connections of our own.
+            let h1 = target
+                .clone()
+                .filter(|t| !prior_knowledge && !proxied && t.scheme() == Some(&Scheme::HTTP))
+                .and_then(|t| H1Pool::new(upstream.clone(), t, connector.clone()))
+                .map(Arc::new);
             Arc::new(LaneSet {
+                h1,
                 // A plain-http request through a proxy goes to the proxy in absolute form,
                 // which only the pooled client speaks; the overflow set has no one target.
                 speaks_h2: AtomicBool::new(prior_knowledge && !proxied && target.is_some()),
@@ -168,11 +181,22 @@ impl Lanes {
         Arc::clone(set)
     }
 
+    /// The own HTTP/1.1 connections of the upstream of `uri`: idle ones, and answers holding
+    /// theirs; `None` when it is not sent to on them.
+    #[cfg(test)]
+    pub fn h1(&self, uri: &Uri) -> Option<(usize, usize)> {
+        let set = self.set_for(uri, false, super::client::CONNECT_TIMEOUT, false);
+        set.h1.as_ref().map(|h1| h1.counts())
+    }
+
     /// Connections (HTTP/2, own) or lanes (pooled) made for the upstream of `uri` so far,
     /// and requests in flight on them.
     #[cfg(test)]
     pub fn to(&self, uri: &Uri, prior_knowledge: bool) -> (usize, usize) {
         let set = self.set_for(uri, prior_knowledge, super::client::CONNECT_TIMEOUT, false);
+        if let Some(h1) = &set.h1 {
+            return (1, h1.counts().1);
+        }
         if set.speaks_h2.load(Ordering::Relaxed) {
             return set.h2.counts();
         }
@@ -197,6 +221,8 @@ fn target(key: &Upstream) -> Option<Uri> {
 struct LaneSet {
     /// Host and port, for the log line when every lane is full.
     upstream: String,
+    /// Sent to on `h1` whenever there is one: plain http, reached directly, no prior knowledge.
+    h1: Option<Arc<H1Pool>>,
     /// Sent to on `h2`: known to speak HTTP/2 (and reached directly or through a tunnel).
     speaks_h2: AtomicBool,
     h2: Arc<H2Pool>,
@@ -353,11 +379,20 @@ pub struct LaneBody {
 #[derive(Debug)]
 enum Inner {
     Pooled(Incoming),
+    /// Its connection goes back to its pool when it ends.
+    H1(H1Body),
     /// Its place on the connection is the body's own.
     H2(H2Body),
 }
 
 impl LaneBody {
+    fn h1(body: H1Body) -> Self {
+        LaneBody {
+            body: Inner::H1(body),
+            in_flight: None,
+        }
+    }
+
     fn h2(body: H2Body) -> Self {
         LaneBody {
             body: Inner::H2(body),
@@ -382,6 +417,7 @@ impl Body for LaneBody {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let polled = match &mut self.body {
             Inner::Pooled(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::H1(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
             Inner::H2(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
         };
         if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
@@ -393,6 +429,7 @@ impl Body for LaneBody {
     fn is_end_stream(&self) -> bool {
         match &self.body {
             Inner::Pooled(body) => body.is_end_stream(),
+            Inner::H1(body) => body.is_end_stream(),
             Inner::H2(body) => body.is_end_stream(),
         }
     }
@@ -400,6 +437,7 @@ impl Body for LaneBody {
     fn size_hint(&self) -> SizeHint {
         match &self.body {
             Inner::Pooled(body) => body.size_hint(),
+            Inner::H1(body) => body.size_hint(),
             Inner::H2(body) => body.size_hint(),
         }
     }

@@ -16,6 +16,7 @@
 pub mod anthropic;
 mod client;
 mod error;
+mod h1_pool;
 mod h2_body;
 mod h2_pool;
 mod http;
