@@ -18,8 +18,10 @@
 //! Keep-alive: a connection goes back to the idle list when its answer's body has ended; a
 //! body dropped before its end (a hedge's loser, a client gone) closes its connection, since
 //! HTTP/1.1 cannot abandon one answer and reuse the connection. A request takes the most
-//! recently used idle connection that is ready (one whose last answer hyper is still
-//! finishing is left for later), else opens one. At most `POOL_MAX_IDLE_PER_HOST` are kept
+//! recently used idle connection that is ready, else opens one. A connection goes back as its
+//! answer's body ends, a moment before hyper's task has read past that answer and marked it
+//! ready: a request that finds only such a one waits for it (`READY_WAIT` at most, then it
+//! closes it and connects), as hyper-util waited for the connection to be idle again. At most `POOL_MAX_IDLE_PER_HOST` are kept
 //! idle (the oldest closes), each closed after `POOL_IDLE_TIMEOUT` unused. A request that a
 //! reused connection refused before writing it (the peer closed the connection while it
 //! idled) is sent once more on a new connection, as hyper-util does; one that was written is
@@ -31,6 +33,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, HOST};
@@ -48,6 +51,10 @@ use super::h2_pool::ConnectFailed;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 type Io = <Connector as Service<Uri>>::Response;
+
+/// How long a request waits for an idle connection hyper has not yet marked ready (it is
+/// finishing the last answer: microseconds, unless its exchange is stuck) before it connects.
+const READY_WAIT: Duration = Duration::from_millis(250);
 
 /// One upstream's HTTP/1.1 connections.
 pub(crate) struct H1Pool {
@@ -81,7 +88,13 @@ impl H1Pool {
     /// A pool for the upstream at `target` (`http://authority/`); `None` when it names no
     /// host a `Host` header can carry.
     pub fn new(upstream: String, target: Uri, connector: Connector) -> Option<Self> {
-        let host = HeaderValue::from_str(target.authority()?.as_str()).ok()?;
+        // As hyper-util writes it: the host, and the port unless it is http's default (never
+        // a userinfo a base URL may carry).
+        let host = match target.port_u16() {
+            Some(port) if port != 80 => format!("{}:{port}", target.host()?),
+            _ => target.host()?.to_string(),
+        };
+        let host = HeaderValue::from_str(&host).ok()?;
         Some(H1Pool {
             upstream,
             target,
@@ -110,6 +123,14 @@ impl H1Pool {
     ) -> Result<Response<H1Body>, BoxError> {
         self.origin_form(&mut request);
         let mut conn = match first {
+            Some(mut conn) if !conn.send.is_ready() => {
+                let ready = tokio::time::timeout(READY_WAIT, conn.send.ready()).await;
+                if matches!(ready, Ok(Ok(()))) {
+                    conn
+                } else {
+                    self.connect().await?
+                }
+            }
             Some(conn) => conn,
             None => self.connect().await?,
         };
@@ -136,24 +157,28 @@ impl H1Pool {
         }
     }
 
-    /// The request as HTTP/1.1 sends it to an origin server: the path alone, and `Host`.
+    /// The request as HTTP/1.1 sends it to an origin server: the path alone, and `Host`
+    /// unless the request names one.
     fn origin_form(&self, request: &mut Request<RequestBody>) {
         let path = request
             .uri()
             .path_and_query()
             .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
         *request.uri_mut() = path;
-        request.headers_mut().insert(HOST, self.host.clone());
+        request.headers_mut().entry(HOST).or_insert_with(|| self.host.clone());
     }
 
-    /// The most recently used idle connection that is ready. Closed and expired ones are
-    /// dropped; one whose last answer hyper is still finishing is left for a later request.
+    /// The most recently used idle connection that is ready, else the most recent one hyper
+    /// is still finishing an answer on. Closed and expired ones are dropped.
     fn checkout(&self) -> Option<Leased> {
         let now = Instant::now();
         let mut idle = self.idle.lock();
         idle.retain(|entry| !entry.conn.send.is_closed() && now < entry.since + POOL_IDLE_TIMEOUT);
-        let ready = idle.iter().rposition(|entry| entry.conn.send.is_ready())?;
-        let mut conn = idle.remove(ready).conn;
+        let pick = idle
+            .iter()
+            .rposition(|entry| entry.conn.send.is_ready())
+            .or_else(|| idle.len().checked_sub(1))?;
+        let mut conn = idle.remove(pick).conn;
         conn.reused = true;
         Some(conn)
     }
@@ -164,6 +189,7 @@ impl H1Pool {
             return;
         }
         let mut idle = self.idle.lock();
+        idle.retain(|entry| !entry.conn.send.is_closed());
         if idle.len() >= POOL_MAX_IDLE_PER_HOST {
             // The oldest closes: dropping its sender lets hyper end the connection.
             idle.remove(0);
@@ -200,10 +226,12 @@ impl H1Pool {
     }
 }
 
-/// A connection's life: driven until it closes; every `POOL_IDLE_TIMEOUT` it is taken out
-/// of the idle list if it sat there that long (its sender dropped, hyper closes it).
+/// A connection's life: driven until it closes. It is taken out of the idle list once it sat
+/// there `POOL_IDLE_TIMEOUT` (its sender dropped, hyper closes it): looked at when that much
+/// time has passed since it went idle, or since the last look while it was in use.
 async fn drive(pool: Weak<H1Pool>, id: u64, connection: Connection<Io, RequestBody>) {
     tokio::pin!(connection);
+    let mut check = Instant::now() + POOL_IDLE_TIMEOUT;
     loop {
         tokio::select! {
             ended = &mut connection => {
@@ -212,10 +240,16 @@ async fn drive(pool: Weak<H1Pool>, id: u64, connection: Connection<Io, RequestBo
                 }
                 return;
             }
-            () = tokio::time::sleep(POOL_IDLE_TIMEOUT) => {
+            () = tokio::time::sleep_until(check) => {
                 let Some(pool) = pool.upgrade() else { return };
                 let now = Instant::now();
-                pool.idle.lock().retain(|entry| entry.conn.id != id || now < entry.since + POOL_IDLE_TIMEOUT);
+                let mut idle = pool.idle.lock();
+                let since = idle.iter().find(|entry| entry.conn.id == id).map(|entry| entry.since);
+                match since {
+                    Some(since) if now >= since + POOL_IDLE_TIMEOUT => idle.retain(|entry| entry.conn.id != id),
+                    Some(since) => check = since + POOL_IDLE_TIMEOUT,
+                    None => check = now + POOL_IDLE_TIMEOUT,
+                }
             }
         }
     }
@@ -231,13 +265,14 @@ pub struct H1Body {
 }
 
 impl H1Body {
-    /// Gives the connection back once the answer is whole (`ok` and at its end); a failed
-    /// or unfinished one's connection is dropped (hyper closes it).
-    fn release(&mut self, ok: bool) {
+    /// Gives the connection back when the answer is whole (`whole`); a failed or unfinished
+    /// one's connection is dropped (hyper closes it). One hyper will not reuse (the upstream
+    /// said `Connection: close`) is never taken again: `put` and `checkout` skip it.
+    fn release(&mut self, whole: bool) {
         let Some(conn) = self.conn.take() else { return };
         let Some(pool) = self.pool.upgrade() else { return };
         pool.answering.fetch_sub(1, Ordering::Relaxed);
-        if ok && self.body.is_end_stream() {
+        if whole {
             pool.put(conn);
         }
     }
@@ -256,6 +291,8 @@ impl Body for H1Body {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let polled = ready!(Pin::new(&mut self.body).poll_frame(cx));
         match &polled {
+            // The end of a chunked or a sized body alike (`is_end_stream` tells only a sized
+            // body's end: a chunked one never says it).
             None => self.release(true),
             // Not reusable: hyper closes it.
             Some(Err(_)) => self.release(false),
@@ -276,8 +313,9 @@ impl Body for H1Body {
 
 impl Drop for H1Body {
     fn drop(&mut self) {
-        // A reader that stopped at `is_end_stream` without asking for the end.
-        self.release(true);
+        // A reader that stopped at a sized body's `is_end_stream` without asking for the end.
+        let whole = self.body.is_end_stream();
+        self.release(whole);
     }
 }
 

@@ -81,6 +81,9 @@ struct Upstream {
     prior_knowledge: bool,
     /// The bound on each connect of its lanes (routes to one host may set different ones).
     connect_timeout: Duration,
+    /// Reached through the egress proxy (decided by the URI alone today; part of the key so
+    /// a direct set can never carry a proxied request in origin form).
+    proxied: bool,
 }
 
 impl Lanes {
@@ -134,6 +137,7 @@ impl Lanes {
             authority: uri.authority().cloned(),
             prior_knowledge,
             connect_timeout,
+            proxied,
         };
         let mut upstreams = self.upstreams.lock();
         if !upstreams.contains_key(&key) && upstreams.len() >= MAX_UPSTREAMS {
@@ -142,6 +146,7 @@ impl Lanes {
                 authority: None,
                 prior_knowledge,
                 connect_timeout,
+                proxied,
             };
         }
         let set = upstreams.entry(key).or_insert_with_key(|key| {

@@ -25,10 +25,16 @@ const HANG_GUARD: Duration = Duration::from_secs(10);
 const ANSWER: &[u8] =
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 14\r\n\r\ndata: [DONE]\n\n";
 
+/// The same answer as a streamed one is framed: chunked, no length.
+const CHUNKED: &[u8] =
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n";
+
 #[derive(Clone, Copy, PartialEq)]
 enum Behaviour {
     /// Answers each request whole and keeps the connection.
     Answer,
+    /// Answers each request whole, chunked, and keeps the connection.
+    AnswerChunked,
     /// Sends a head and the start of a body that never ends.
     Hold,
     /// Answers each request whole, then closes the connection without saying so.
@@ -117,6 +123,11 @@ async fn serve(mut tcp: TcpStream, behaviour: Behaviour, heads: &Mutex<Vec<Strin
         buf.drain(..end + length);
         heads.lock().push(head);
         match behaviour {
+            Behaviour::AnswerChunked => {
+                if tcp.write_all(CHUNKED).await.is_err() {
+                    return;
+                }
+            }
             Behaviour::Answer | Behaviour::CloseAfterEach => {
                 if tcp.write_all(ANSWER).await.is_err() {
                     return;
@@ -186,21 +197,35 @@ fn uri(url: &str) -> http::Uri {
 
 #[tokio::test]
 async fn answers_one_after_another_share_one_keep_alive_connection() {
-    let server = Server::start(Behaviour::Answer).await;
-    let (client, lanes) = client();
-    for _ in 0..3 {
+    for framing in [Behaviour::Answer, Behaviour::AnswerChunked] {
+        let server = Server::start(framing).await;
+        let (client, lanes) = client();
+        for _ in 0..3 {
+            assert_eq!(
+                &whole(&client, &server.url()).await[..],
+                b"data: [DONE]\n\n",
+                "the answer"
+            );
+        }
         assert_eq!(
-            &whole(&client, &server.url()).await[..],
-            b"data: [DONE]\n\n",
-            "the answer"
+            server.accepted(),
+            1,
+            "one connection, kept alive between the answers (chunked: {})",
+            framing == Behaviour::AnswerChunked
+        );
+        assert_eq!(
+            lanes.h1(&uri(&server.url())),
+            Some((1, 0)),
+            "idle in the pool, no answer holding it"
         );
     }
-    assert_eq!(server.accepted(), 1, "one connection, kept alive between the answers");
-    assert_eq!(
-        lanes.h1(&uri(&server.url())),
-        Some((1, 0)),
-        "idle in the pool, no answer holding it"
-    );
+}
+
+#[tokio::test]
+async fn a_request_goes_in_origin_form_with_the_host_header() {
+    let server = Server::start(Behaviour::Answer).await;
+    let (client, _) = client();
+    whole(&client, &server.url()).await;
     let heads = server.heads.lock().clone();
     let addr = server.base.trim_start_matches("http://");
     for head in &heads {
@@ -272,6 +297,20 @@ async fn an_idle_connection_closes_after_the_idle_timeout() {
     tokio::time::sleep(POOL_IDLE_TIMEOUT).await;
     server.closes(1).await;
     assert_eq!(lanes.h1(&uri(&server.url())), Some((0, 0)), "and out of the pool");
+}
+
+#[test]
+fn the_host_header_names_the_host_and_a_port_other_than_80_never_a_userinfo() {
+    use hyper_util::client::proxy::matcher::Matcher;
+    let host = |target: &str| {
+        let (connector, _) = crate::provider::client::connector(Matcher::builder().build());
+        super::H1Pool::new("u".into(), target.parse().expect("uri"), connector)
+            .map(|pool| pool.host.to_str().expect("ascii").to_string())
+    };
+    assert_eq!(host("http://user:pw@llm.lan:8000/").as_deref(), Some("llm.lan:8000"));
+    assert_eq!(host("http://llm.lan:80/").as_deref(), Some("llm.lan"));
+    assert_eq!(host("http://llm.lan/").as_deref(), Some("llm.lan"));
+    assert_eq!(host("http://[::1]:9000/").as_deref(), Some("[::1]:9000"));
 }
 
 #[tokio::test]
