@@ -13,6 +13,9 @@
 //! share left a read waits, unread, so HTTP/2 flow control holds the sender back, and its
 //! timeout still runs. Without it one HTTP/2 connection could have 200 streams of nearly
 //! `max_body_bytes` each buffered at once (800 MiB at the defaults).
+//!
+//! A small body hyper already holds whole with its head (`AT_ONCE`) skips all of that: it is
+//! handed to the routes at once, with no read task, timer or share.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -26,9 +29,10 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::Response;
 use axum::routing::future::RouteFuture;
 use axum::Router;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures::future::Either;
 use futures::StreamExt;
+use http_body::Body as _;
 use pin_project_lite::pin_project;
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -42,6 +46,12 @@ pub const BUFFERED_BODIES: usize = 64 * 1024 * 1024;
 
 /// The budget's unit: shares are taken in KiB.
 const UNIT: usize = 1024;
+
+/// A body of at most this many bytes (by its `Content-Length`) that came whole with its head,
+/// as a chat request usually does, goes to the routes at once: no read task, timer or budget
+/// share for bytes hyper already holds. The bytes are bounded by this and by hyper's own read
+/// buffer, so skipping the share leaves the budget's bound as it was.
+const AT_ONCE: usize = 16 * 1024;
 
 /// What a request body may be.
 #[derive(Debug, Clone)]
@@ -97,7 +107,7 @@ impl Service<Request> for BodyReader {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request) -> Self::Future {
+    fn call(&mut self, mut request: Request) -> Self::Future {
         // No body to wait for: bodiless methods (a WebSocket upgrade, and HTTP/2's extended
         // CONNECT whose "body" is the socket) and empty bodies go straight on.
         let bodiless = matches!(
@@ -107,11 +117,59 @@ impl Service<Request> for BodyReader {
         if bodiless || http_body::Body::is_end_stream(request.body()) {
             return Either::Left(self.routes.call(request));
         }
+        let first = match first_frame(&mut request, self.limits.max_bytes) {
+            First::Whole(data) => {
+                *request.body_mut() = Body::from(data);
+                return Either::Left(self.routes.call(request));
+            }
+            First::Part(part) => Some(part),
+            First::NotYet => None,
+        };
         Either::Right(Gathered::Reading {
-            read: Box::pin(read(request, self.limits.clone())),
+            read: Box::pin(read(request, self.limits.clone(), first)),
             routes: self.routes.clone(),
         })
     }
+}
+
+/// What hyper already holds of a small body.
+enum First {
+    /// The whole body.
+    Whole(Bytes),
+    /// Its first frame, not the whole of it (or its read's failure): the read goes on from it.
+    Part(Result<Bytes, axum::Error>),
+    /// Nothing yet, or a body too large (or of no declared length) to look at here.
+    NotYet,
+}
+
+/// Takes the body's first frame if hyper holds it already and the body declares at most
+/// `AT_ONCE` bytes (and no more than `max_bytes`); it is the whole body when it is as long as
+/// declared.
+fn first_frame(request: &mut Request, max_bytes: usize) -> First {
+    let declared = declared_length(request.headers()).and_then(|n| usize::try_from(n).ok());
+    let Some(length) = declared.filter(|&n| n <= AT_ONCE.min(max_bytes)) else {
+        return First::NotYet;
+    };
+    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+    match Pin::new(request.body_mut()).poll_frame(&mut cx) {
+        Poll::Pending => First::NotYet,
+        Poll::Ready(None) => First::Part(Ok(Bytes::new())),
+        Poll::Ready(Some(Err(e))) => First::Part(Err(e)),
+        Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+            Ok(data) if data.len() == length => First::Whole(data),
+            Ok(data) => First::Part(Ok(data)),
+            // Trailers before any data: an empty body, as the read would have made it.
+            Err(_) => First::Part(Ok(Bytes::new())),
+        },
+    }
+}
+
+/// The `Content-Length` a request declares, if any readable one.
+fn declared_length(headers: &axum::http::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
 type Refused = (EdgeRefusal, String, String);
@@ -161,7 +219,12 @@ impl Future for Gathered {
     }
 }
 
-async fn read(request: Request, limits: BodyLimits) -> Result<Request, Refused> {
+/// Reads the rest of the body after `first` (what `first_frame` took of it, if anything).
+async fn read(
+    request: Request,
+    limits: BodyLimits,
+    first: Option<Result<Bytes, axum::Error>>,
+) -> Result<Request, Refused> {
     let (parts, body) = request.into_parts();
     let dialect = dialect_of(parts.uri.path());
     let refuse = |refusal| {
@@ -171,11 +234,7 @@ async fn read(request: Request, limits: BodyLimits) -> Result<Request, Refused> 
             request_id(&parts.headers, dialect),
         )
     };
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = declared_length(&parts.headers);
     let too_large = EdgeRefusal::TooLarge {
         limit: limits.max_bytes,
     };
@@ -184,7 +243,7 @@ async fn read(request: Request, limits: BodyLimits) -> Result<Request, Refused> 
     }
     let capacity = declared.map_or(0, |n| n as usize).min(limits.max_bytes);
     let mut whole = BytesMut::new();
-    let mut chunks = body.into_data_stream();
+    let mut chunks = futures::stream::iter(first).chain(body.into_data_stream());
     let budget = Arc::clone(&limits.buffered);
     let gather = async {
         // The declared length's share first, so the buffer is only allocated once held.
@@ -275,6 +334,76 @@ mod tests {
         assert_eq!(c.status(), StatusCode::OK, "the budget is free again");
     }
 
+    fn with_length(body: Body, length: usize) -> Request {
+        axum::http::request::Builder::new()
+            .method(Method::POST)
+            .uri("/v1/chat/completions")
+            .header(header::CONTENT_LENGTH, length.to_string())
+            .body(body)
+            .expect("a valid request")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_small_body_that_came_whole_goes_to_the_routes_at_once() {
+        let routes = Router::new().route(
+            "/v1/chat/completions",
+            post(|b: bytes::Bytes| async move { String::from_utf8_lossy(&b).into_owned() }),
+        );
+        // No budget at all: a body read the long way would wait for a share until its timeout.
+        let mut reader = BodyReader::new(routes, BodyLimits::with_budget(64 * 1024, Duration::from_secs(5), 0));
+        let whole = reader.call(with_length(Body::from("{\"a\":1}"), 7));
+        assert!(
+            matches!(whole, Either::Left(_)),
+            "straight to the routes: no read, timer or share"
+        );
+        let answer = whole.await.expect("an answer");
+        assert_eq!(answer.status(), StatusCode::OK);
+        let text = http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        assert_eq!(&text[..], b"{\"a\":1}", "the handler got the whole body");
+        // Past AT_ONCE, or in more than one frame, it is read and needs its share.
+        let big = vec![b' '; AT_ONCE + 1];
+        let len = big.len();
+        let read = reader.call(with_length(Body::from(big), len)).await.expect("an answer");
+        assert_eq!(
+            read.status(),
+            StatusCode::REQUEST_TIMEOUT,
+            "read the long way: no share"
+        );
+        let frames = futures::stream::iter(["{", "}"].map(|s| Ok::<_, Infallible>(bytes::Bytes::from(s))));
+        let split = reader
+            .call(with_length(Body::from_stream(frames), 2))
+            .await
+            .expect("an answer");
+        assert_eq!(
+            split.status(),
+            StatusCode::REQUEST_TIMEOUT,
+            "the first frame taken, the rest read"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_split_in_frames_is_read_whole_after_its_first_frame() {
+        let routes = Router::new().route(
+            "/v1/chat/completions",
+            post(|b: bytes::Bytes| async move { String::from_utf8_lossy(&b).into_owned() }),
+        );
+        let mut reader = BodyReader::new(routes, BodyLimits::new(1024, Duration::from_secs(5)));
+        let frames = futures::stream::iter(["{\"a\"", ":1}"].map(|s| Ok::<_, Infallible>(bytes::Bytes::from(s))));
+        let answer = reader
+            .call(with_length(Body::from_stream(frames), 7))
+            .await
+            .expect("an answer");
+        assert_eq!(answer.status(), StatusCode::OK);
+        let text = http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        assert_eq!(&text[..], b"{\"a\":1}", "the first frame and the rest, in order");
+    }
+
     #[tokio::test]
     async fn once_the_body_is_whole_only_the_handler_is_held() {
         let routes = Router::new().route(
@@ -283,11 +412,13 @@ mod tests {
         );
         let limits = BodyLimits::new(1024, Duration::from_secs(5));
         let mut reader = BodyReader::new(routes, limits);
+        // In two frames, so it is read, not taken at once.
+        let frames = futures::stream::iter(["{", "}"].map(|s| Ok::<_, Infallible>(bytes::Bytes::from(s))));
         let request = axum::http::request::Builder::new()
             .method(Method::POST)
             .uri("/v1/chat/completions")
             .header(header::CONTENT_LENGTH, "2")
-            .body(Body::from("{}"))
+            .body(Body::from_stream(frames))
             .expect("a valid request");
         let mut answer = std::pin::pin!(reader.call(request));
         let mut cx = Context::from_waker(Waker::noop());
