@@ -42,7 +42,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{Builder, Connection, SendRequest};
 use parking_lot::Mutex;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use super::client::{Connector, RequestBody, POOL_IDLE_TIMEOUT, POOL_MAX_IDLE_PER_HOST};
@@ -116,6 +116,9 @@ impl H1Pool {
         self.send_from(first, request)
     }
 
+    /// The connect is boxed where it is awaited: inline, its state (the connector's futures,
+    /// the handshake) would size this future, which a request waiting for its answer's head
+    /// keeps, though most requests never connect.
     async fn send_from(
         self: Arc<Self>,
         first: Option<Leased>,
@@ -128,11 +131,11 @@ impl H1Pool {
                 if matches!(ready, Ok(Ok(()))) {
                     conn
                 } else {
-                    self.connect().await?
+                    Box::pin(self.connect()).await?
                 }
             }
             Some(conn) => conn,
-            None => self.connect().await?,
+            None => Box::pin(self.connect()).await?,
         };
         loop {
             match conn.send.try_send_request(request).await {
@@ -149,7 +152,7 @@ impl H1Pool {
                     Some(unsent) if conn.reused => {
                         tracing::debug!(upstream = %self.upstream, error = %e.error(), "reused connection closed before the request was written; sending it on a new one");
                         request = unsent;
-                        conn = self.connect().await?;
+                        conn = Box::pin(self.connect()).await?;
                     }
                     _ => return Err(Box::new(e.into_error())),
                 },
@@ -211,7 +214,7 @@ impl H1Pool {
         let io = connector.call(self.target.clone()).await.map_err(failed)?;
         let (send, connection) = Builder::new().handshake(io).await.map_err(|e| failed(Box::new(e)))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(drive(Arc::downgrade(self), id, connection));
+        tokio::spawn(Drive::new(Arc::downgrade(self), id, connection));
         Ok(Leased {
             id,
             send,
@@ -226,32 +229,66 @@ impl H1Pool {
     }
 }
 
-/// A connection's life: driven until it closes. It is taken out of the idle list once it sat
-/// there `POOL_IDLE_TIMEOUT` (its sender dropped, hyper closes it): looked at when that much
-/// time has passed since it went idle, or since the last look while it was in use.
-async fn drive(pool: Weak<H1Pool>, id: u64, connection: Connection<Io, RequestBody>) {
-    tokio::pin!(connection);
-    let mut check = Instant::now() + POOL_IDLE_TIMEOUT;
-    loop {
-        tokio::select! {
-            ended = &mut connection => {
-                if let Err(e) = ended {
-                    tracing::debug!(error = %e, "upstream HTTP/1.1 connection ended");
-                }
-                return;
-            }
-            () = tokio::time::sleep_until(check) => {
-                let Some(pool) = pool.upgrade() else { return };
-                let now = Instant::now();
-                let mut idle = pool.idle.lock();
-                let since = idle.iter().find(|entry| entry.conn.id == id).map(|entry| entry.since);
-                match since {
-                    Some(since) if now >= since + POOL_IDLE_TIMEOUT => idle.retain(|entry| entry.conn.id != id),
-                    Some(since) => check = since + POOL_IDLE_TIMEOUT,
-                    None => check = now + POOL_IDLE_TIMEOUT,
-                }
-            }
+pin_project_lite::pin_project! {
+    /// A connection's life: driven until it closes. It is taken out of the idle list once it
+    /// sat there `POOL_IDLE_TIMEOUT` (its sender dropped, hyper closes it): looked at when that
+    /// much time has passed since it went idle, or since the last look while it was in use.
+    /// A future of its own rather than an async fn, so the task holds the connection once
+    /// (an async fn keeps its argument's slot beside the pinned local).
+    struct Drive {
+        #[pin]
+        connection: Connection<Io, RequestBody>,
+        #[pin]
+        check: Sleep,
+        pool: Weak<H1Pool>,
+        id: u64,
+    }
+}
+
+impl Drive {
+    fn new(pool: Weak<H1Pool>, id: u64, connection: Connection<Io, RequestBody>) -> Self {
+        Drive {
+            connection,
+            check: tokio::time::sleep(POOL_IDLE_TIMEOUT),
+            pool,
+            id,
         }
+    }
+}
+
+impl Future for Drive {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        if let Poll::Ready(ended) = this.connection.poll(cx) {
+            if let Err(e) = ended {
+                tracing::debug!(error = %e, "upstream HTTP/1.1 connection ended");
+            }
+            return Poll::Ready(());
+        }
+        while this.check.as_mut().poll(cx).is_ready() {
+            let Some(pool) = this.pool.upgrade() else {
+                return Poll::Ready(());
+            };
+            let now = Instant::now();
+            let mut idle = pool.idle.lock();
+            let since = idle
+                .iter()
+                .find(|entry| entry.conn.id == *this.id)
+                .map(|entry| entry.since);
+            let next = match since {
+                Some(since) if now >= since + POOL_IDLE_TIMEOUT => {
+                    // Its sender dropped: hyper closes the connection, and `connection` ends.
+                    idle.retain(|entry| entry.conn.id != *this.id);
+                    now + POOL_IDLE_TIMEOUT
+                }
+                Some(since) => since + POOL_IDLE_TIMEOUT,
+                None => now + POOL_IDLE_TIMEOUT,
+            };
+            this.check.as_mut().reset(next);
+        }
+        Poll::Pending
     }
 }
 

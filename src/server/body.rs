@@ -156,7 +156,11 @@ fn first_frame(request: &mut Request, max_bytes: usize) -> First {
         Poll::Ready(None) => First::Part(Ok(Bytes::new())),
         Poll::Ready(Some(Err(e))) => First::Part(Err(e)),
         Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-            Ok(data) if data.len() == length => First::Whole(data),
+            // Copied out, as the read copies each frame: the frame is a view of the
+            // connection's read buffer, and a handler holding it (a stream waiting for its
+            // first token holds its request) would keep the whole 8 KiB buffer alive while
+            // hyper allocates the connection another.
+            Ok(data) if data.len() == length => First::Whole(Bytes::copy_from_slice(&data)),
             Ok(data) => First::Part(Ok(data)),
             // Trailers before any data: an empty body, as the read would have made it.
             Err(_) => First::Part(Ok(Bytes::new())),
@@ -381,6 +385,34 @@ mod tests {
             split.status(),
             StatusCode::REQUEST_TIMEOUT,
             "the first frame taken, the rest read"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_taken_at_once_does_not_keep_the_connections_read_buffer() {
+        // A handler that holds its body, as a stream waiting for its first token does.
+        let routes = Router::new().route(
+            "/v1/chat/completions",
+            post(|body: bytes::Bytes| async move {
+                let _held = body;
+                std::future::pending::<&'static str>().await
+            }),
+        );
+        let mut reader = BodyReader::new(routes, BodyLimits::new(1024, Duration::from_secs(5)));
+        // The frame is a view of a larger buffer, as hyper's frames are of its read buffer.
+        let mut buffer = b"{\"a\":1}".to_vec();
+        buffer.resize(8192, b' ');
+        let buffer = bytes::Bytes::from(buffer);
+        let answer = reader.call(with_length(Body::from(buffer.slice(..7)), 7));
+        let mut answer = std::pin::pin!(answer);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(
+            answer.as_mut().poll(&mut cx).is_pending(),
+            "the handler holds its request"
+        );
+        assert!(
+            buffer.is_unique(),
+            "the handler holds a copy of its body, not a view that pins the whole buffer"
         );
     }
 
