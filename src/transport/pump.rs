@@ -343,7 +343,7 @@ mod tests {
         let guard = Slot(dropped);
         Box::pin(async_stream::stream! {
             let _guard = guard;
-            yield StreamEvent::Start(Box::new(Envelope { route: Some("r".into()), ..Envelope::default() }));
+            yield start();
             loop {
                 yield StreamEvent::TextDelta("x".into());
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -356,9 +356,34 @@ mod tests {
         let guard = Slot(dropped);
         Box::pin(async_stream::stream! {
             let _guard = guard;
-            yield StreamEvent::Start(Box::new(Envelope { route: Some("r".into()), ..Envelope::default() }));
+            yield start();
             std::future::pending::<()>().await;
         })
+    }
+
+    /// `events` pumped with `slot`, `max_stream` and `stall` (in seconds), no connection.
+    fn pumped<S: Send + 'static>(
+        watch: &Watch,
+        events: EventStream,
+        slot: S,
+        max_stream: u64,
+        stall: u64,
+    ) -> EventStream {
+        watch.pump(
+            events,
+            slot,
+            Duration::from_secs(max_stream),
+            Duration::from_secs(stall),
+            None,
+        )
+    }
+
+    /// The `Start` every test answer begins with.
+    fn start() -> StreamEvent {
+        StreamEvent::Start(Box::new(Envelope {
+            route: Some("r".into()),
+            ..Envelope::default()
+        }))
     }
 
     async fn settle() {
@@ -387,13 +412,7 @@ mod tests {
     async fn a_reader_that_never_reads_loses_its_upstream_and_slot_at_max_stream() {
         let watch = Watch::start(CancellationToken::new());
         let (upstream, slot) = released();
-        let mut out = watch.pump(
-            endless(upstream.clone()),
-            Slot(slot.clone()),
-            Duration::from_secs(60),
-            Duration::from_secs(600),
-            None,
-        );
+        let mut out = pumped(&watch, endless(upstream.clone()), Slot(slot.clone()), 60, 600);
         assert!(
             matches!(out.next().await, Some(StreamEvent::Start(_))),
             "start comes through"
@@ -447,13 +466,7 @@ mod tests {
     async fn a_reader_that_takes_no_event_for_the_stall_time_loses_its_upstream_and_slot() {
         let watch = Watch::start(CancellationToken::new());
         let (upstream, slot) = released();
-        let mut out = watch.pump(
-            endless(upstream.clone()),
-            Slot(slot.clone()),
-            Duration::from_secs(600),
-            Duration::from_secs(5),
-            None,
-        );
+        let mut out = pumped(&watch, endless(upstream.clone()), Slot(slot.clone()), 600, 5);
         // A slow reader: one event every 4 s, within the stall time.
         for _ in 0..4 {
             run_for(4_000).await;
@@ -487,20 +500,14 @@ mod tests {
         let guard = Slot(upstream.clone());
         let events: EventStream = Box::pin(async_stream::stream! {
             let _guard = guard;
-            yield StreamEvent::Start(Box::new(Envelope { route: Some("r".into()), ..Envelope::default() }));
+            yield start();
             tokio::time::sleep(Duration::from_secs(20)).await;
             loop {
                 yield StreamEvent::TextDelta("x".into());
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
-        let mut out = watch.pump(
-            events,
-            Slot(slot.clone()),
-            Duration::from_secs(600),
-            Duration::from_secs(5),
-            None,
-        );
+        let mut out = pumped(&watch, events, Slot(slot.clone()), 600, 5);
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
         assert!(
             futures::poll!(out.next()).is_pending(),
@@ -529,19 +536,13 @@ mod tests {
         let guard = Slot(upstream.clone());
         let events: EventStream = Box::pin(async_stream::stream! {
             let _guard = guard;
-            yield StreamEvent::Start(Box::new(Envelope { route: Some("r".into()), ..Envelope::default() }));
+            yield start();
             yield StreamEvent::TextDelta("a big event".into());
             yield StreamEvent::TextDelta("and a small one".into());
             yield StreamEvent::Finish { reason: FinishReason::Stop, envelope: Box::default() };
             std::future::pending::<()>().await;
         });
-        let mut out = watch.pump(
-            events,
-            Slot(slot.clone()),
-            Duration::from_secs(600),
-            Duration::from_secs(30),
-            None,
-        );
+        let mut out = pumped(&watch, events, Slot(slot.clone()), 600, 30);
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
         assert!(
             matches!(out.next().await, Some(StreamEvent::TextDelta(_))),
@@ -579,13 +580,7 @@ mod tests {
             yield StreamEvent::Start(Box::default());
             panic!("a bug in the stream");
         });
-        let mut out = watch.pump(
-            events,
-            Slot(slot.clone()),
-            Duration::from_secs(600),
-            Duration::from_secs(5),
-            None,
-        );
+        let mut out = pumped(&watch, events, Slot(slot.clone()), 600, 5);
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
         assert!(
             out.next().await.is_none(),
@@ -602,13 +597,7 @@ mod tests {
     async fn waiting_for_a_silent_upstream_is_not_a_stalled_reader() {
         let watch = Watch::start(CancellationToken::new());
         let (upstream, slot) = released();
-        let mut out = watch.pump(
-            silent_after_start(upstream.clone()),
-            Slot(slot.clone()),
-            Duration::from_secs(600),
-            Duration::from_secs(5),
-            None,
-        );
+        let mut out = pumped(&watch, silent_after_start(upstream.clone()), Slot(slot.clone()), 600, 5);
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
         // The reader asks at once and waits far past the stall time, for the upstream.
         let waiting = tokio::time::timeout(Duration::from_secs(60), out.next()).await;
@@ -630,13 +619,7 @@ mod tests {
         let cut = CancellationToken::new();
         let watch = Watch::start(cut.clone());
         let upstream = Arc::new(AtomicBool::new(false));
-        let mut out = watch.pump(
-            endless(upstream.clone()),
-            (),
-            Duration::from_secs(600),
-            Duration::from_secs(600),
-            None,
-        );
+        let mut out = pumped(&watch, endless(upstream.clone()), (), 600, 600);
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
         assert!(matches!(out.next().await, Some(StreamEvent::TextDelta(_))), "a delta");
         cut.cancel();
@@ -647,13 +630,7 @@ mod tests {
             [StreamEvent::Error(e)] => assert_eq!(e.class.as_str(), "draining", "class"),
             other => panic!("ends with a draining error, not {other:?}"),
         }
-        let after = watch.pump(
-            endless(Arc::new(AtomicBool::new(false))),
-            (),
-            Duration::from_secs(600),
-            Duration::from_secs(600),
-            None,
-        );
+        let after = pumped(&watch, endless(Arc::new(AtomicBool::new(false))), (), 600, 600);
         let after: Vec<StreamEvent> = after.collect().await;
         assert!(
             matches!(after.as_slice(), [StreamEvent::Error(e)] if e.class.as_str() == "draining"),
@@ -666,13 +643,7 @@ mod tests {
         let cut = CancellationToken::new();
         let watch = Watch::start(cut.clone());
         let upstream = Arc::new(AtomicBool::new(false));
-        let mut out = watch.pump(
-            silent_after_start(upstream.clone()),
-            (),
-            Duration::from_secs(600),
-            Duration::from_secs(600),
-            None,
-        );
+        let mut out = pumped(&watch, silent_after_start(upstream.clone()), (), 600, 600);
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
         let reader = tokio::spawn(async move { out.next().await });
         run_for(1_000).await;
@@ -693,13 +664,7 @@ mod tests {
     async fn dropping_the_reader_closes_the_upstream_at_once_and_the_watchdog_forgets_it() {
         let watch = Watch::start(CancellationToken::new());
         let (upstream, slot) = released();
-        let mut out = watch.pump(
-            endless(upstream.clone()),
-            Slot(slot.clone()),
-            Duration::from_secs(600),
-            Duration::from_secs(600),
-            None,
-        );
+        let mut out = pumped(&watch, endless(upstream.clone()), Slot(slot.clone()), 600, 600);
         out.next().await;
         assert_eq!(watch.watched(), 1, "watched while it runs");
         drop(out);
@@ -722,13 +687,7 @@ mod tests {
             },
             StreamEvent::TextDelta("never read".into()),
         ]));
-        let mut out = watch.pump(
-            events,
-            Slot(slot.clone()),
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-            None,
-        );
+        let mut out = pumped(&watch, events, Slot(slot.clone()), 1, 1);
         let mut seen = Vec::new();
         while let Some(event) = out.next().await {
             let terminal = matches!(event, StreamEvent::Finish { .. });
@@ -757,13 +716,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(60)).await;
         settle().await;
         let (upstream, slot) = released();
-        let mut out = watch.pump(
-            endless(upstream.clone()),
-            Slot(slot.clone()),
-            Duration::from_secs(2),
-            Duration::from_secs(600),
-            None,
-        );
+        let mut out = pumped(&watch, endless(upstream.clone()), Slot(slot.clone()), 2, 600);
         assert!(matches!(out.next().await, Some(StreamEvent::Start(_))), "start");
         run_for(2_000 + TICK_MS).await;
         assert!(
