@@ -338,6 +338,22 @@ mod tests {
         assert_eq!(c.status(), StatusCode::OK, "the budget is free again");
     }
 
+    /// Routes whose chat handler answers with the body it got.
+    fn echo() -> Router {
+        Router::new().route(
+            "/v1/chat/completions",
+            post(|b: bytes::Bytes| async move { String::from_utf8_lossy(&b).into_owned() }),
+        )
+    }
+
+    /// An answer's whole body.
+    async fn text(answer: Response) -> bytes::Bytes {
+        http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .expect("body")
+            .to_bytes()
+    }
+
     fn with_length(body: Body, length: usize) -> Request {
         axum::http::request::Builder::new()
             .method(Method::POST)
@@ -349,10 +365,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_small_body_that_came_whole_goes_to_the_routes_at_once() {
-        let routes = Router::new().route(
-            "/v1/chat/completions",
-            post(|b: bytes::Bytes| async move { String::from_utf8_lossy(&b).into_owned() }),
-        );
+        let routes = echo();
         // No budget at all: a body read the long way would wait for a share until its timeout.
         let mut reader = BodyReader::new(routes, BodyLimits::with_budget(64 * 1024, Duration::from_secs(5), 0));
         let whole = reader.call(with_length(Body::from("{\"a\":1}"), 7));
@@ -362,10 +375,7 @@ mod tests {
         );
         let answer = whole.await.expect("an answer");
         assert_eq!(answer.status(), StatusCode::OK);
-        let text = http_body_util::BodyExt::collect(answer.into_body())
-            .await
-            .expect("body")
-            .to_bytes();
+        let text = text(answer).await;
         assert_eq!(&text[..], b"{\"a\":1}", "the handler got the whole body");
         // Past AT_ONCE, or in more than one frame, it is read and needs its share.
         let big = vec![b' '; AT_ONCE + 1];
@@ -418,10 +428,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_split_in_frames_is_read_whole_after_its_first_frame() {
-        let routes = Router::new().route(
-            "/v1/chat/completions",
-            post(|b: bytes::Bytes| async move { String::from_utf8_lossy(&b).into_owned() }),
-        );
+        let routes = echo();
         let mut reader = BodyReader::new(routes, BodyLimits::new(1024, Duration::from_secs(5)));
         let frames = futures::stream::iter(["{\"a\"", ":1}"].map(|s| Ok::<_, Infallible>(bytes::Bytes::from(s))));
         let answer = reader
@@ -429,10 +436,7 @@ mod tests {
             .await
             .expect("an answer");
         assert_eq!(answer.status(), StatusCode::OK);
-        let text = http_body_util::BodyExt::collect(answer.into_body())
-            .await
-            .expect("body")
-            .to_bytes();
+        let text = text(answer).await;
         assert_eq!(&text[..], b"{\"a\":1}", "the first frame and the rest, in order");
     }
 
