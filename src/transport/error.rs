@@ -78,6 +78,19 @@ impl DecodeError {
         T::deserialize(value).map_err(|e| DecodeError::located::<T, _>(e, value, style, at))
     }
 
+    /// As `decode_at`, from the JSON text of the part (kept unparsed by the outer decode, so
+    /// it is parsed once, straight into `T`, with no `Value` between).
+    pub fn decode_raw_at<'a, T: serde::Deserialize<'a>>(
+        raw: &'a serde_json::value::RawValue,
+        at: &str,
+        style: PathStyle,
+    ) -> Result<T, Self> {
+        serde_json::from_str(raw.get()).map_err(|e| {
+            let again = &mut serde_json::Deserializer::from_str(raw.get());
+            DecodeError::located::<T, _>(e, again, style, at)
+        })
+    }
+
     fn located<'de, T, D>(e: serde_json::Error, again: D, style: PathStyle, at: &str) -> Self
     where
         T: serde::Deserialize<'de>,

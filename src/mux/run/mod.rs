@@ -11,6 +11,7 @@
 //! - `rotation`: route changes and the layer each moved, the rotation metrics;
 //! - `repair`: the one repair attempt on the same route after invalid output.
 
+mod after_send;
 mod first_token;
 mod launch;
 mod outcome;
@@ -20,7 +21,7 @@ mod rotation;
 mod routes;
 mod streaming;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -71,13 +72,19 @@ pub fn stream(
     Box::pin(async_stream::stream! {
         // Moved into the stream: dropped when it ends or is dropped unfinished.
         let _guard = guard;
-        let mut run = Run::new(mux, req, ctx, plan, gates);
+        let state_hash = Arc::new(OnceLock::new());
+        let mut deferred = Some(after_send::StateHash::new(Arc::clone(&req), Arc::clone(&state_hash)));
+        let mut run = Run::new(mux, req, ctx, plan, gates, state_hash);
         // Events for the client, queued by a step and sent before the next one runs.
         let mut out = Vec::new();
         let mut state = State::AwaitingFirstToken;
         loop {
             state = match state {
-                State::AwaitingFirstToken => run.begin(&mut out).await,
+                // The state hash waits until the first upstream request is on its way.
+                State::AwaitingFirstToken => match deferred.take() {
+                    Some(hash) => after_send::AfterSend::new(run.begin(&mut out), hash).await,
+                    None => run.begin(&mut out).await,
+                },
                 State::Streaming(s) => run.stream_step(s, &mut out).await,
                 // Boxed: a recovery is rare and its future the largest of the steps (about
                 // 1.7 KiB), which every stream would otherwise hold inline for its whole life.
@@ -156,10 +163,19 @@ struct Run {
     repair: repair::RepairState,
     /// The request's quality gates, compiled once for all its attempts.
     gates: Gates,
+    /// The state hash, once computed (`after_send`); `env` takes it before its first event.
+    state_hash: Arc<OnceLock<Box<str>>>,
 }
 
 impl Run {
-    fn new(mux: Arc<Mux>, req: Arc<ChatRequest>, ctx: RequestCtx, plan: Plan, gates: Gates) -> Self {
+    fn new(
+        mux: Arc<Mux>,
+        req: Arc<ChatRequest>,
+        ctx: RequestCtx,
+        plan: Plan,
+        gates: Gates,
+        state_hash: Arc<OnceLock<Box<str>>>,
+    ) -> Self {
         let started = Instant::now();
         let deadline = started + ctx.deadline.unwrap_or(mux.config.server.deadline);
         let rtype = ctx.response_type.unwrap_or_else(|| req.detected_response_type());
@@ -169,7 +185,6 @@ impl Run {
         let env = Envelope {
             request_id: ctx.request_id.clone(),
             lease: plan.lease.clone(),
-            state_hash: crate::types::state_hash(&req).into(),
             ..Envelope::default()
         };
         crate::telemetry::rotation::policy_rejections(&plan.excluded);
@@ -198,6 +213,7 @@ impl Run {
             voiced: None,
             repair: Default::default(),
             gates,
+            state_hash,
             plan,
             mux,
             req,
@@ -205,11 +221,24 @@ impl Run {
         }
     }
 
+    /// Puts the state hash in the envelope, computing it now if `after_send` has not.
+    fn settle_state_hash(&mut self) {
+        if self.env.state_hash.is_empty() {
+            let req = &self.req;
+            self.env.state_hash = self
+                .state_hash
+                .get_or_init(|| crate::types::state_hash(req).into())
+                .clone();
+        }
+    }
+
     /// The first state: race to the first content token. The commit sends `Start`; no route
     /// at all ends the request with its error, or with a cached answer (L3) when one may stand
     /// in.
     async fn begin(&mut self, out: &mut Vec<StreamEvent>) -> State {
-        match self.first_token(true, None).await {
+        let first = self.first_token(true, None).await;
+        self.settle_state_hash();
+        match first {
             Ok((cur, first)) => {
                 self.capped_at = Instant::now() + self.mux.config.server.max_stream;
                 out.push(StreamEvent::Start(Box::new(self.env.clone())));

@@ -118,6 +118,7 @@ impl Run {
     }
 
     pub(super) fn error_event(&mut self, err: &ProviderError) -> ErrorEvent {
+        self.settle_state_hash();
         let mut env = self.env.clone();
         if env.route.is_none() {
             env.level = Level::L4;

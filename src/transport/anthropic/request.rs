@@ -2,6 +2,7 @@
 //! image / tool_use / tool_result content, tools with `input_schema`, and `tool_choice`.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::transport::error::{DecodeError, PathStyle};
@@ -13,7 +14,8 @@ struct RawRequest {
     model: Option<String>,
     max_tokens: Option<u32>,
     system: Option<Value>,
-    messages: Option<Vec<Value>>,
+    /// Each turn's JSON text, decoded by `turn` straight into its `RawMessage`.
+    messages: Option<Vec<Box<RawValue>>>,
     tools: Option<Vec<Value>>,
     tool_choice: Option<Value>,
     stop_sequences: Option<Vec<String>>,
@@ -147,9 +149,9 @@ fn block_type(block: &Value) -> &str {
 /// tool message of its own, in order, around the user's text. As Anthropic's API, every
 /// turn must have content except a final assistant turn (an empty prefill), and a text
 /// block must hold text.
-fn turn(i: usize, value: Value, last: bool, out: &mut Vec<Message>) -> Result<(), DecodeError> {
+fn turn(i: usize, value: Box<RawValue>, last: bool, out: &mut Vec<Message>) -> Result<(), DecodeError> {
     let at = format!("messages.{i}");
-    let raw: RawMessage = DecodeError::decode_at(&value, &at, PathStyle::Dotted)?;
+    let raw: RawMessage = DecodeError::decode_raw_at(&value, &at, PathStyle::Dotted)?;
     let role = match raw.role.as_str() {
         "user" => Role::User,
         "assistant" => Role::Assistant,

@@ -2,6 +2,7 @@
 //! are ignored, as OpenAI-compatible servers do; every rejection names the field at fault.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::transport::error::{DecodeError, PathStyle};
@@ -14,7 +15,8 @@ use tools::{response_format, tool, tool_choice};
 #[serde(default)]
 struct RawRequest {
     model: Option<String>,
-    messages: Option<Vec<Value>>,
+    /// Each message's JSON text, decoded by `message` straight into its `RawMessage`.
+    messages: Option<Vec<Box<RawValue>>>,
     tools: Option<Vec<Value>>,
     tool_choice: Option<Value>,
     response_format: Option<Value>,
@@ -154,9 +156,9 @@ fn from_raw(raw: RawRequest) -> Result<ChatRequest, DecodeError> {
     })
 }
 
-fn message(i: usize, value: Value) -> Result<Message, DecodeError> {
+fn message(i: usize, value: Box<RawValue>) -> Result<Message, DecodeError> {
     let at = format!("messages[{i}]");
-    let raw: RawMessage = DecodeError::decode_at(&value, &at, PathStyle::Brackets)?;
+    let raw: RawMessage = DecodeError::decode_raw_at(&value, &at, PathStyle::Brackets)?;
     let role = match raw.role.as_str() {
         "system" | "developer" => Role::System,
         "user" => Role::User,
