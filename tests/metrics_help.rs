@@ -46,3 +46,29 @@ fn metrics_named_outside_telemetry_keep_their_names() {
         "tailcut_auth_refusals_total"
     );
 }
+
+#[tokio::test]
+async fn a_streamed_answer_counts_in_the_client_ttft_series() {
+    // The sample is recorded after the first events are flushed (`mux::run::after_send`),
+    // so it must still be there once the answer has been read.
+    let server = start(&config_toml(&[("a", "openai", "fast-stable")], "")).await;
+    for stream in [true, false] {
+        let answer = post_chat(&server, &chat_body(stream)).await;
+        assert_eq!(answer.status(), 200, "stream={stream}");
+        let _ = answer.text().await;
+    }
+    let text = client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .unwrap_or_default();
+    let count: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tailcut_client_ttft_seconds_count "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(count >= 2.0, "one sample per answer: {count} in {text}");
+}

@@ -1,24 +1,25 @@
-//! Work a request needs before its first event but not before its first upstream request:
-//! done once that request is queued on its connection, after one yield, so the connection's
-//! task writes it to the upstream first and the work overlaps the upstream's own.
+//! Work a request needs but its bytes need not wait for, done after they are sent: the state
+//! hash after the first upstream request is written, the client TTFT sample after the first
+//! events are flushed to the client. Each waits one yield of the task, and so overlaps the
+//! upstream's (or the client's) own work instead of adding to the time to first token.
 //!
-//! The first step (`Run::begin`) hands the request to its connection's task, which the
-//! runtime queues to run next on this thread; everything this task does before it returns
-//! `Pending` delays that write. So on the step's first `Pending` this wakes its own task and
-//! returns: the runtime puts a task that woke itself behind the one queued to run next. The
-//! next poll does the work, then polls the step again. What it costs: one more poll of the
-//! request's futures, while the upstream is busy anyway.
+//! Why a yield: the first step (`Run::begin`) hands the request to its connection's task,
+//! which the runtime queues to run next on this thread; everything this task does before it
+//! returns `Pending` delays that write. So after the step's first `Pending` the task yields
+//! (`tokio::task::yield_now`: woken again once the thread has run what it had queued and
+//! polled for I/O, with no other worker woken), and the work runs on its next poll, before the
+//! step is polled again. Likewise hyper writes the first events only once the body's poll
+//! returns `Pending`, so the TTFT sample waits for one `yield_now` too (`Later` records it even
+//! when the stream is dropped during the yield). What it costs: one more poll of the request's
+//! futures each, while the upstream is busy anyway.
 //!
-//! The work is the state hash (`types::state_hash`): it serializes and hashes the whole
-//! history, and only the envelope needs it. `Run::settle_state_hash` computes it in place
-//! when the step finished before it was due (a refusal at once, a cached answer).
+//! `Run::settle_state_hash` computes the hash in place when the first step finished before it
+//! was due (a refusal at once, a cached answer).
 
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::pin;
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
-
-use pin_project_lite::pin_project;
+use std::task::Poll;
 
 use crate::types::ChatRequest;
 
@@ -39,44 +40,33 @@ impl StateHash {
     }
 }
 
-pin_project! {
-    /// `step`, with `work` done after its first `Pending` and one yield.
-    pub(super) struct AfterSend<F> {
-        #[pin]
-        step: F,
-        work: Option<StateHash>,
-        due: bool,
+/// Runs its closure when dropped: work that must happen even if the stream is dropped
+/// before it got to it.
+pub(super) struct Later<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Later<F> {
+    pub fn new(work: F) -> Self {
+        Later(Some(work))
     }
 }
 
-impl<F> AfterSend<F> {
-    pub fn new(step: F, work: StateHash) -> Self {
-        AfterSend {
-            step,
-            work: Some(work),
-            due: false,
+impl<F: FnOnce()> Drop for Later<F> {
+    fn drop(&mut self) {
+        if let Some(work) = self.0.take() {
+            work();
         }
     }
 }
 
-impl<F: Future> Future for AfterSend<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
-        if *this.due {
-            *this.due = false;
-            if let Some(work) = this.work.take() {
-                work.compute();
-            }
-        }
-        let polled = this.step.poll(cx);
-        if polled.is_pending() && this.work.is_some() && !*this.due {
-            *this.due = true;
-            cx.waker().wake_by_ref();
-        }
-        polled
+/// `step`, with `work` done after its first `Pending` and one `yield_now`.
+pub(super) async fn after_first_pending<F: Future>(step: F, work: StateHash) -> F::Output {
+    let mut step = pin!(step);
+    if let Poll::Ready(out) = futures::poll!(step.as_mut()) {
+        return out;
     }
+    tokio::task::yield_now().await;
+    work.compute();
+    step.await
 }
 
 #[cfg(test)]
@@ -84,16 +74,7 @@ mod tests {
     use super::*;
     use crate::types::{Message, Role};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Wake, Waker};
-
-    #[derive(Default)]
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use std::sync::Mutex;
 
     fn request() -> Arc<ChatRequest> {
         Arc::new(ChatRequest {
@@ -103,48 +84,57 @@ mod tests {
         })
     }
 
-    /// A step that is `Pending` `waits` times, then ready.
-    fn step(mut waits: usize) -> impl Future<Output = ()> {
-        std::future::poll_fn(move |_| {
+    /// A step that is `Pending` `waits` times (waking itself), then ready; notes at each poll
+    /// whether the hash was in `slot` by then.
+    fn step(mut waits: usize, slot: Arc<OnceLock<Box<str>>>, seen: Arc<Mutex<Vec<bool>>>) -> impl Future<Output = ()> {
+        std::future::poll_fn(move |cx| {
+            seen.lock().expect("not poisoned").push(slot.get().is_some());
             if waits == 0 {
                 return Poll::Ready(());
             }
             waits -= 1;
+            cx.waker().wake_by_ref();
             Poll::Pending
         })
     }
 
-    #[test]
-    fn the_hash_is_computed_on_the_poll_after_the_first_pending_not_before() {
+    #[tokio::test]
+    async fn the_hash_is_computed_after_the_first_pending_and_before_the_next_poll() {
         let req = request();
         let slot = Arc::new(OnceLock::new());
-        let woken = Arc::new(Count::default());
-        let waker = Waker::from(Arc::clone(&woken));
-        let mut cx = Context::from_waker(&waker);
-        let mut fut = Box::pin(AfterSend::new(
-            step(2),
-            StateHash::new(Arc::clone(&req), Arc::clone(&slot)),
-        ));
-        assert!(fut.as_mut().poll(&mut cx).is_pending(), "the step waits");
-        assert!(slot.get().is_none(), "not hashed before the task yields");
-        assert_eq!(woken.0.load(Ordering::SeqCst), 1, "it woke itself to be polled again");
-        assert!(fut.as_mut().poll(&mut cx).is_pending(), "the step still waits");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let work = StateHash::new(Arc::clone(&req), Arc::clone(&slot));
+        after_first_pending(step(2, Arc::clone(&slot), Arc::clone(&seen)), work).await;
+        assert_eq!(
+            *seen.lock().expect("not poisoned"),
+            vec![false, true, true],
+            "not before the first Pending; there before every later poll"
+        );
         assert_eq!(
             slot.get().map(|h| &**h),
             Some(crate::types::state_hash(&req).as_str()),
-            "hashed on the next poll"
+            "the request's state hash"
         );
-        assert!(fut.as_mut().poll(&mut cx).is_ready(), "the step's own result");
-        assert_eq!(woken.0.load(Ordering::SeqCst), 1, "it yields once only");
+    }
+
+    #[tokio::test]
+    async fn a_step_ready_at_once_leaves_the_hash_to_the_run() {
+        let slot = Arc::new(OnceLock::new());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let work = StateHash::new(request(), Arc::clone(&slot));
+        after_first_pending(step(0, Arc::clone(&slot), seen), work).await;
+        assert!(slot.get().is_none(), "not computed here (settle_state_hash does it)");
     }
 
     #[test]
-    fn a_step_ready_at_once_leaves_the_hash_to_the_run() {
-        let slot = Arc::new(OnceLock::new());
-        let waker = Waker::from(Arc::new(Count::default()));
-        let mut cx = Context::from_waker(&waker);
-        let mut fut = Box::pin(AfterSend::new(step(0), StateHash::new(request(), Arc::clone(&slot))));
-        assert!(fut.as_mut().poll(&mut cx).is_ready(), "ready");
-        assert!(slot.get().is_none(), "not computed here (settle_state_hash does it)");
+    fn later_work_runs_once_when_dropped() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&runs);
+        let later = Later::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "not before the drop");
+        drop(later);
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "once, at the drop");
     }
 }

@@ -308,10 +308,8 @@ impl Run {
             }
         }
         if self.recoveries == 0 {
-            self.mux
-                .metrics
-                .client_ttft()
-                .record(now.saturating_duration_since(self.started).as_secs_f64());
+            // Recorded once the first events are on their way (`after_send::Later`).
+            self.ttft_sample = Some(now.saturating_duration_since(self.started).as_secs_f64());
         }
     }
 }

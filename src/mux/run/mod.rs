@@ -82,7 +82,7 @@ pub fn stream(
             state = match state {
                 // The state hash waits until the first upstream request is on its way.
                 State::AwaitingFirstToken => match deferred.take() {
-                    Some(hash) => after_send::AfterSend::new(run.begin(&mut out), hash).await,
+                    Some(hash) => after_send::after_first_pending(run.begin(&mut out), hash).await,
                     None => run.begin(&mut out).await,
                 },
                 State::Streaming(s) => run.stream_step(s, &mut out).await,
@@ -93,6 +93,13 @@ pub fn stream(
             };
             for event in out.drain(..) {
                 yield event;
+            }
+            // The client TTFT sample waits until the first events are flushed to the client.
+            if let Some(sample) = run.ttft_sample.take() {
+                let histogram = run.mux.metrics.client_ttft().clone();
+                let later = after_send::Later::new(move || histogram.record(sample));
+                tokio::task::yield_now().await;
+                drop(later);
             }
             if matches!(state, State::Finished) {
                 return;
@@ -165,6 +172,8 @@ struct Run {
     gates: Gates,
     /// The state hash, once computed (`after_send`); `env` takes it before its first event.
     state_hash: Arc<OnceLock<Box<str>>>,
+    /// The client's TTFT in seconds, set at the commit, recorded after the first flush.
+    ttft_sample: Option<f64>,
 }
 
 impl Run {
@@ -214,6 +223,7 @@ impl Run {
             repair: Default::default(),
             gates,
             state_hash,
+            ttft_sample: None,
             plan,
             mux,
             req,
