@@ -79,6 +79,7 @@ pub fn stream(
         let mut out = Vec::new();
         let mut state = State::AwaitingFirstToken;
         loop {
+            let first = matches!(state, State::AwaitingFirstToken);
             state = match state {
                 // The state hash waits until the first upstream request is on its way.
                 State::AwaitingFirstToken => match deferred.take() {
@@ -94,8 +95,10 @@ pub fn stream(
             for event in out.drain(..) {
                 yield event;
             }
-            // The client TTFT sample waits until the first events are flushed to the client.
-            if let Some(sample) = run.ttft_sample.take() {
+            // The client TTFT sample waits until the first content is flushed to the client:
+            // the step after the first (the commit queues `Start`; the first token is the
+            // streaming step's first event).
+            if let Some(sample) = run.ttft_sample.take_if(|_| !first) {
                 let histogram = run.mux.metrics.client_ttft().clone();
                 let later = after_send::Later::new(move || histogram.record(sample));
                 tokio::task::yield_now().await;
