@@ -17,9 +17,11 @@
 //! was due (a refusal at once, a cached answer).
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
-use std::task::Poll;
+use std::task::{ready, Context, Poll};
+
+use pin_project_lite::pin_project;
 
 use crate::types::ChatRequest;
 
@@ -59,14 +61,61 @@ impl<F: FnOnce()> Drop for Later<F> {
 }
 
 /// `step`, with `work` done after its first `Pending` and one `yield_now`.
-pub(super) async fn after_first_pending<F: Future>(step: F, work: StateHash) -> F::Output {
-    let mut step = pin!(step);
-    if let Poll::Ready(out) = futures::poll!(step.as_mut()) {
-        return out;
+pub(super) fn after_first_pending<F: Future>(step: F, work: StateHash) -> AfterSend<F, impl Future<Output = ()>> {
+    AfterSend {
+        step,
+        // Made now, polled only after the step's first `Pending`.
+        yielding: tokio::task::yield_now(),
+        work: Some(work),
+        phase: Phase::First,
     }
-    tokio::task::yield_now().await;
-    work.compute();
-    step.await
+}
+
+enum Phase {
+    First,
+    Yielding,
+    Done,
+}
+
+pin_project! {
+    /// A future of its own rather than an async fn: an async fn would keep the step's
+    /// argument slot beside its pinned copy, twice the size of the first step's future, which
+    /// every stream waiting for its first token holds.
+    pub(super) struct AfterSend<F, Y> {
+        #[pin]
+        step: F,
+        #[pin]
+        yielding: Y,
+        work: Option<StateHash>,
+        phase: Phase,
+    }
+}
+
+impl<F: Future, Y: Future<Output = ()>> Future for AfterSend<F, Y> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let mut this = self.project();
+        loop {
+            match this.phase {
+                Phase::First => {
+                    let polled = this.step.as_mut().poll(cx);
+                    if polled.is_ready() {
+                        return polled;
+                    }
+                    *this.phase = Phase::Yielding;
+                }
+                Phase::Yielding => {
+                    ready!(this.yielding.as_mut().poll(cx));
+                    if let Some(work) = this.work.take() {
+                        work.compute();
+                    }
+                    *this.phase = Phase::Done;
+                }
+                Phase::Done => return this.step.as_mut().poll(cx),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -124,6 +173,21 @@ mod tests {
         let work = StateHash::new(request(), Arc::clone(&slot));
         after_first_pending(step(0, Arc::clone(&slot), seen), work).await;
         assert!(slot.get().is_none(), "not computed here (settle_state_hash does it)");
+    }
+
+    #[test]
+    fn the_wrapper_holds_the_step_once() {
+        // Every stream waiting for its first token holds this around its first step.
+        let big = [0u8; 2048];
+        let step = async move { std::hint::black_box(big).len() };
+        let alone = std::mem::size_of_val(&step);
+        let step = async move { std::hint::black_box(big).len() };
+        let wrapped = after_first_pending(step, StateHash::new(request(), Arc::new(OnceLock::new())));
+        assert!(
+            std::mem::size_of_val(&wrapped) <= alone + 64,
+            "{} bytes around a step of {alone}",
+            std::mem::size_of_val(&wrapped)
+        );
     }
 
     #[test]
