@@ -86,6 +86,14 @@ impl DecodeError {
         style: PathStyle,
     ) -> Result<T, Self> {
         serde_json::from_str(raw.get()).map_err(|e| {
+            if !matches!(e.classify(), serde_json::error::Category::Data) {
+                // What the outer decode only skipped (a lone surrogate, a number out of range)
+                // fails here; its line and column would count from the part, so the part is
+                // named instead.
+                let text = e.to_string();
+                let text = text.rfind(" at line ").map_or(text.as_str(), |i| &text[..i]);
+                return DecodeError::new(at, format!("the request body is not valid JSON in '{at}': {text}"));
+            }
             let again = &mut serde_json::Deserializer::from_str(raw.get());
             DecodeError::located::<T, _>(e, again, style, at)
         })

@@ -78,8 +78,11 @@ pub fn stream(
         // Events for the client, queued by a step and sent before the next one runs.
         let mut out = Vec::new();
         let mut state = State::AwaitingFirstToken;
+        // The client TTFT sample, from the commit's step on: recorded once the step after it
+        // has sent its events (the first token is that step's first event), or when the stream
+        // is dropped before (the pump drops it at `Finish`, a client may go away).
+        let mut ttft = None;
         loop {
-            let first = matches!(state, State::AwaitingFirstToken);
             state = match state {
                 // The state hash waits until the first upstream request is on its way.
                 State::AwaitingFirstToken => match deferred.take() {
@@ -92,17 +95,20 @@ pub fn stream(
                 State::Recovering(r) => Box::pin(run.recover_step(r, &mut out)).await,
                 State::Finished => State::Finished,
             };
+            let committed_now = match run.ttft_sample.take() {
+                Some(sample) => {
+                    let histogram = run.mux.metrics.client_ttft().clone();
+                    ttft = Some(after_send::Later::new(move || histogram.record(sample)));
+                    true
+                }
+                None => false,
+            };
             for event in out.drain(..) {
                 yield event;
             }
-            // The client TTFT sample waits until the first content is flushed to the client:
-            // the step after the first (the commit queues `Start`; the first token is the
-            // streaming step's first event).
-            if let Some(sample) = run.ttft_sample.take_if(|_| !first) {
-                let histogram = run.mux.metrics.client_ttft().clone();
-                let later = after_send::Later::new(move || histogram.record(sample));
+            if !committed_now && ttft.is_some() {
                 tokio::task::yield_now().await;
-                drop(later);
+                drop(ttft.take());
             }
             if matches!(state, State::Finished) {
                 return;

@@ -695,6 +695,18 @@ mod tests {
     }
 
     #[test]
+    fn json_the_outer_decode_only_skips_is_refused_naming_its_message_not_a_position() {
+        // A lone surrogate passes the outer decode, which keeps each message as text, and
+        // fails when the message is parsed: the error names the message, with no line and
+        // column counted from it.
+        let body = br#"{"model":"chat","messages":[{"role":"user","content":"a \ud800 b"}]}"#;
+        let e = decode_request(body).expect_err("a lone surrogate is not valid JSON");
+        assert_eq!(e.param.as_deref(), Some("messages[0]"), "{e:?}");
+        assert!(e.message.contains("not valid JSON"), "{e:?}");
+        assert!(!e.message.contains("line"), "no position inside the message: {e:?}");
+    }
+
+    #[test]
     fn a_value_of_the_wrong_type_is_named_by_its_place_in_the_request() {
         let e = decode(with("temperature", json!("hot"))).expect_err("a string temperature");
         assert_eq!(e.param.as_deref(), Some("temperature"), "{e:?}");
