@@ -50,8 +50,11 @@ fn samples() -> u64 {
         .unwrap_or(0)
 }
 
+/// Where a case's reader lets go of the stream.
+type Stop = fn(&StreamEvent) -> bool;
+
 /// Reads events until `stop` says so, then drops the stream there, as the pump does.
-async fn read_until(gw: &Gateway, stop: impl Fn(&StreamEvent) -> bool) {
+async fn read_until(gw: &Gateway, stop: Stop) {
     let mut events = gw.chat(request(), RequestCtx::new(Dialect::OpenAi)).expect("a stream");
     while let Some(event) = events.next().await {
         if stop(&event) {
@@ -64,7 +67,7 @@ async fn read_until(gw: &Gateway, stop: impl Fn(&StreamEvent) -> bool) {
 async fn every_committed_answer_counts_once_however_its_stream_ends() {
     let text = vec![Delta::Text("hello".into()), Delta::Finish(FinishReason::Stop)];
     let empty = vec![Delta::Finish(FinishReason::Length)];
-    let cases: [(&str, Vec<Delta>, fn(&StreamEvent) -> bool); 4] = [
+    let cases: [(&str, Vec<Delta>, Stop); 4] = [
         ("read to the end", text.clone(), |_| false),
         ("dropped at Finish", text.clone(), |e| {
             matches!(e, StreamEvent::Finish { .. })
