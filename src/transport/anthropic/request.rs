@@ -408,6 +408,22 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("max_tokens"), "{e:?}");
     }
 
+    #[test]
+    fn json_only_a_message_s_own_parse_finds_invalid_is_refused_naming_the_message() {
+        // Messages are kept as text by the outer decode and parsed once each: a key sent
+        // twice, or a lone surrogate, fails there and names the message.
+        let twice = br#"{"model":"chat","max_tokens":1,"messages":[{"role":"user","content":"a","content":"b"}]}"#;
+        let surrogate = br#"{"model":"chat","max_tokens":1,"messages":[{"role":"user","content":"ok"},{"role":"assistant","content":"\udc00"}]}"#;
+        for (body, param, says) in [
+            (&twice[..], "messages.0", "duplicate field"),
+            (&surrogate[..], "messages.1", "not valid JSON"),
+        ] {
+            let e = decode_request(body).expect_err("refused");
+            assert!(e.message.contains(says), "{says}: {e:?}");
+            assert_eq!(e.param.as_deref(), Some(param), "{e:?}");
+        }
+    }
+
     fn with(field: &str, value: Value) -> Value {
         let mut v = minimal();
         v[field] = value;

@@ -707,6 +707,16 @@ mod tests {
     }
 
     #[test]
+    fn a_key_sent_twice_in_one_message_is_refused_naming_the_message() {
+        // Which of two `content` values would stand is a guess; the request is refused.
+        let body = br#"{"model":"chat","messages":[{"role":"user","content":"a"},
+            {"role":"user","content":"b","content":"c"}]}"#;
+        let e = decode_request(body).expect_err("a duplicate key is refused");
+        assert!(e.message.contains("duplicate field"), "{e:?}");
+        assert_eq!(e.param.as_deref(), Some("messages[1]"), "{e:?}");
+    }
+
+    #[test]
     fn a_value_of_the_wrong_type_is_named_by_its_place_in_the_request() {
         let e = decode(with("temperature", json!("hot"))).expect_err("a string temperature");
         assert_eq!(e.param.as_deref(), Some("temperature"), "{e:?}");
