@@ -14,7 +14,8 @@ use std::fmt;
 use axum::http::{header, HeaderMap};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::error::{DecodeError, ErrorReply};
+use super::decode_error::DecodeError;
+use super::error::ErrorReply;
 use crate::config::RequestLimits;
 
 /// `415` unless the body is declared as JSON: `application/json`, or any

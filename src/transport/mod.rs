@@ -40,6 +40,7 @@ pub mod auth;
 pub mod body;
 mod chat;
 pub mod cors;
+pub mod decode_error;
 pub mod drain;
 pub mod error;
 pub mod events;

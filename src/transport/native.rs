@@ -5,7 +5,8 @@
 
 use serde::Serialize;
 
-use super::error::{DecodeError, ErrorReply};
+use super::decode_error::DecodeError;
+use super::error::ErrorReply;
 use crate::gateway::GatewayError;
 use crate::types::{Envelope, ErrorEvent, FinishReason, Level, RequestCtx, ResponseType, StreamEvent, ToolCall, Usage};
 

@@ -14,7 +14,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::body::{check_cost, require_json};
 use super::chat::{serve_chat, Asker};
-use super::error::{DecodeError, ErrorReply};
+use super::decode_error::DecodeError;
+use super::error::ErrorReply;
 use super::events::await_commit;
 use super::native::{ChatOptions, ServerMessage};
 use super::openai::{decode_request, decode_value};

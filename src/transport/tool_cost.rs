@@ -15,7 +15,7 @@
 //! see that cost; counting the regexes does. 128 tools is OpenAI's own limit, so no request
 //! an SDK would send is refused for it.
 
-use super::error::DecodeError;
+use super::decode_error::DecodeError;
 use super::schema_size::{expanded_nodes, TooBig, MAX_SCHEMA_NODES};
 use crate::mux::tool_calls::count_patterns;
 use crate::types::{ChatRequest, ResponseFormat};

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::transport::error::{DecodeError, PathStyle};
+use crate::transport::decode_error::{DecodeError, PathStyle};
 use crate::types::{ChatRequest, ContentPart, Message, Role, Sampling, ToolCall, ToolChoice, ToolSpec};
 
 #[derive(Debug, Default, Deserialize)]

@@ -70,7 +70,7 @@ impl Access {
             return Err(Refusal::TokensOff(self.tokens_off));
         }
         // serde would read the struct from an array of its fields too (`[600, ["chat"]]`).
-        crate::transport::error::DecodeError::require_object(body)
+        crate::transport::decode_error::DecodeError::require_object(body)
             .map_err(|_| Refusal::BadMint("invalid token request: the body must be a JSON object".into()))?;
         let asked: MintRequest = if body.iter().all(u8::is_ascii_whitespace) {
             MintRequest::default()
@@ -78,7 +78,7 @@ impl Access {
             serde_json::from_slice(body).map_err(|e| {
                 Refusal::BadMint(format!(
                     "invalid token request: {}",
-                    crate::transport::error::plain_json_error(&e)
+                    crate::transport::decode_error::plain_json_error(&e)
                 ))
             })?
         };

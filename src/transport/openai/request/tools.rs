@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::transport::error::{DecodeError, PathStyle};
+use crate::transport::decode_error::{DecodeError, PathStyle};
 use crate::types::{ResponseFormat, ToolChoice, ToolSpec};
 
 #[derive(Debug, Deserialize)]
