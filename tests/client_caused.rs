@@ -131,7 +131,7 @@ async fn tool_patterns_over_the_requests_regex_budget_are_a_400_naming_the_tool_
     let tools: Vec<Value> = (0..32)
         .map(|i| {
             json!({"type": "function", "function": {"name": format!("t{i}"), "parameters":
-                {"type": "object", "properties": {"s": {"type": "string", "pattern": "^\\w{3000}$"}}}}})
+                {"type": "object", "properties": {"s": {"type": "string", "pattern": "^\\w{3000}x$"}}}}})
         })
         .collect();
     let mut body = tool_request(weather(), None);

@@ -121,17 +121,27 @@ fn quick() -> String {
 #[tokio::test]
 async fn tool_schemas_with_too_many_regexes_are_a_400_naming_the_limit_before_any_upstream() {
     let server = start(&quick()).await;
-    let limit = tailcut::transport::tool_cost::MAX_SCHEMA_PATTERNS;
+    let limit = tailcut::types::MAX_SCHEMA_PATTERNS;
     let mut openai = chat_body(true);
     openai["tools"] = serde_json::Value::Array(costly_tools(limit + 1, false));
     let resp = post_chat(&server, &openai).await;
     assert_eq!(resp.status(), 400, "refused");
     let body: serde_json::Value = resp.json().await.expect("a JSON error");
     assert_eq!(
-        body["error"]["code"], "max_schema_patterns_exceeded",
-        "the OpenAI error names the limit: {body}"
+        body["error"]["code"], "invalid_tool_schema",
+        "the OpenAI error has the schema's code: {body}"
     );
-    assert_eq!(body["error"]["param"], "tools", "and the field: {body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("regular expressions")),
+        "and names the limit: {body}"
+    );
+    assert_eq!(
+        body["error"]["param"],
+        format!("tools[{limit}].function.parameters"),
+        "and the tool that passed it: {body}"
+    );
 
     let anthropic = serde_json::json!({
         "model": "chat", "max_tokens": 16, "stream": true,
@@ -156,7 +166,7 @@ async fn tool_schemas_with_too_many_regexes_are_a_400_naming_the_limit_before_an
     let reply = ws_next(&mut ws).await;
     assert_eq!(reply["type"], "error", "the WebSocket refuses it too: {reply}");
     assert!(
-        reply.to_string().contains("max_schema_patterns_exceeded") || reply.to_string().contains("pattern"),
+        reply.to_string().contains("regular expressions"),
         "naming the limit: {reply}"
     );
 

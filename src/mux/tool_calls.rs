@@ -2,7 +2,7 @@
 //! validated calls, so a partial tool call never leaves the mux. Beside it, the same hold
 //! for a structured answer (`structured`), and what an answer that failed either gate said,
 //! kept for its repair (`rejected`), and both compiled once per request for all its attempts
-//! (`gates`), their patterns within the request's budget (`schema_budget`). Why calls are refused, and whether the route is to blame, is `error`.
+//! (`gates`), their patterns within the request's budget (`pattern_budget`). Why calls are refused, and whether the route is to blame, is `error`.
 //!
 //! # Why
 //! Upstreams stream a tool call's arguments as raw string fragments cut anywhere, even
@@ -40,9 +40,9 @@
 
 mod error;
 mod gates;
+mod pattern_budget;
 mod rejected;
 mod schema;
-mod schema_budget;
 mod structured;
 mod unsatisfiable;
 
@@ -55,8 +55,8 @@ use crate::types::{FinishReason, ToolCall, ToolSpec};
 
 pub use self::error::AssemblerError;
 pub use self::gates::Gates;
+pub use self::pattern_budget::{count_patterns, PatternBudget, SchemaRefusal, MIN_PATTERN_SIZE, PATTERN_BUDGET};
 pub use self::rejected::{Rejected, RejectedCall, MAX_ECHO_BYTES};
-pub use self::schema_budget::{count_patterns, PatternBudget, SchemaRefusal, MIN_PATTERN_SIZE, PATTERN_BUDGET};
 pub use self::structured::{StructuredError, StructuredGate, MAX_HELD_BYTES};
 
 /// Cap on buffered argument, id and name bytes across one answer's calls.

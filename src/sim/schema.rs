@@ -18,8 +18,9 @@ use super::answer::WORDS;
 /// gets only its `required` properties and each array only its `minItems`, so a schema that
 /// refers to itself through an optional property or an array ends at once.
 const MAX_REFS: u32 = 8;
-/// Nesting at most (a schema nests less: the edge refuses deeper ones); past it, `null`.
-const MAX_DEPTH: u32 = 128;
+/// Schema levels followed at most: the schema budget's depth (the edge refuses deeper
+/// schemas, so a client's never reaches it); past it, `null`.
+const MAX_DEPTH: u32 = crate::types::MAX_SCHEMA_DEPTH as u32;
 /// Values made for one instance at most; past it, `null`. A valid instance of a schema whose
 /// arrays each need 16 items, nested eight deep, has 16^8 values: no model writes that.
 const MAX_VALUES: usize = 20_000;

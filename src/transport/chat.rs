@@ -87,7 +87,7 @@ async fn open<How>(
         Ok(prepared) => prepared,
         Err(e) => return Err(error_response(&e, &ctx.request_id)),
     };
-    if let Err(e) = super::tool_cost::check(&req) {
+    if let Err(e) = super::tool_cost::check(&req, ctx.dialect) {
         return Err(error_response(&e.into(), &ctx.request_id));
     }
     // `prepare` may have set the priority (native options): cap it by the key again, and by

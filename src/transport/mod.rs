@@ -27,7 +27,6 @@
 //! - `drain`: the shutdown signal (begun, cut) and the in-band `draining` error.
 //! - `body`: what a chat body must be before decoding (JSON, within the cost limits).
 //! - `tool_cost`: what a decoded request's tool schemas may cost to compile.
-//! - `schema_size`: how big a request's schemas are once their references are followed.
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
 //! - `error`: errors as clients see them, rendered by each dialect.
@@ -50,7 +49,6 @@ pub mod openai;
 pub mod ops;
 pub mod pump;
 pub mod replay;
-mod schema_size;
 pub mod sse_out;
 mod state;
 pub mod streams;

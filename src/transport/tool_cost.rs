@@ -1,34 +1,28 @@
 //! What a request's schemas (its tools' parameters and a `json_schema` response format) may
-//! cost to compile, counted before anything compiles (and that no two tools share a name):
-//! at most [`MAX_TOOLS`] tools and
-//! [`MAX_SCHEMA_PATTERNS`] regular expressions and `MAX_SCHEMA_NODES` schema nodes with their
-//! references followed (`transport::schema_size`) across all the schemas, else a 400 naming
-//! the limit or the schema.
+//! cost, checked before anything compiles them: at most [`MAX_TOOLS`] tools, no two of one
+//! name, and every schema within the request's one schema budget (`types::SchemaBudget`:
+//! depth, nodes and keywords with references followed, references, regular expressions,
+//! `enum`/`const` bytes). Past it is a 400 naming the schema's place in the client's own
+//! dialect (`tools[2].function.parameters`, `tools[2].input_schema`, `response_format`) and
+//! the limit, with the schema's code (`invalid_tool_schema`, `invalid_response_schema`).
 //!
 //! The schemas are then compiled once, by the gateway (`mux::tool_calls::Gates::compile`),
-//! for all the request's attempts (the tool-call assembler checks finished calls against
-//! them), their patterns within the request's 8 MiB budget; a schema that does not compile
-//! is refused there, naming it. That runs on the runtime's worker threads. A plain schema compiles in
-//! microseconds, but each `pattern` / `patternProperties` key is a regex: one of twenty
-//! bytes such as `(\w{1,200}){1,200}` takes tens of milliseconds, so a 4 MB body of them
-//! would hold a worker for minutes. The byte and message limits of `transport::body` do not
-//! see that cost; counting the regexes does. 128 tools is OpenAI's own limit, so no request
-//! an SDK would send is refused for it.
+//! for all the request's attempts, their regexes within the request's 8 MiB budget; a schema
+//! that does not compile is refused there, naming it. That runs on the runtime's worker
+//! threads, which is why the cost is bounded here first: one `pattern` of twenty bytes such
+//! as `(\w{1,200}){1,200}` takes tens of milliseconds to compile, and a few KB of `$defs`
+//! that refer twice to the next level would compile to millions of nodes. 128 tools is
+//! OpenAI's own limit, so no request an SDK would send is refused for it.
 
 use super::decode_error::DecodeError;
-use super::schema_size::{expanded_nodes, TooBig, MAX_SCHEMA_NODES};
-use crate::mux::tool_calls::count_patterns;
-use crate::types::{ChatRequest, ResponseFormat};
+use crate::types::{ChatRequest, Dialect, OverBudget, ResponseFormat, SchemaBudget};
 
 /// Tools one request may offer (OpenAI's limit for `tools`).
 pub const MAX_TOOLS: usize = 128;
 
-/// Regular expressions (`pattern` strings and `patternProperties` keys) one request's tool
-/// schemas may hold in all.
-pub const MAX_SCHEMA_PATTERNS: usize = 32;
-
-/// Refuses a request whose tools would cost more than the limits above to compile.
-pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
+/// Refuses a request whose tools would cost more than the limits above to compile; `dialect`
+/// names the schema's place as the client wrote it.
+pub fn check(req: &ChatRequest, dialect: Dialect) -> Result<(), DecodeError> {
     if req.tools.len() > MAX_TOOLS {
         return Err(DecodeError::new(
             "tools",
@@ -54,41 +48,14 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
             .with_code("duplicate_tool_name"));
         }
     }
-    let mut patterns = 0usize;
-    for tool in &req.tools {
-        patterns = patterns.saturating_add(count_patterns(&tool.parameters));
-        if patterns > MAX_SCHEMA_PATTERNS {
-            return Err(DecodeError::new(
-                "tools",
-                format!(
-                    "the tool schemas hold too many regular expressions: at most \
-                     {MAX_SCHEMA_PATTERNS} `pattern` / `patternProperties` entries per request \
-                     (tool {:?} goes past it)",
-                    tool.name
-                ),
-            )
-            .with_code("max_schema_patterns_exceeded"));
-        }
-    }
+    let parameters = match dialect {
+        Dialect::Anthropic => "input_schema",
+        Dialect::OpenAi | Dialect::Native => "function.parameters",
+    };
     let format = match &req.response_format {
         Some(ResponseFormat::JsonSchema { schema, .. }) => Some(schema),
         _ => None,
     };
-    if let Some(schema) = format {
-        if patterns.saturating_add(count_patterns(schema)) > MAX_SCHEMA_PATTERNS {
-            return Err(DecodeError::new(
-                "response_format",
-                format!(
-                    "the schemas hold too many regular expressions: at most {MAX_SCHEMA_PATTERNS} \
-                     `pattern` / `patternProperties` entries per request, tools and response \
-                     format together"
-                ),
-            )
-            .with_code("max_schema_patterns_exceeded"));
-        }
-    }
-    // What compiling costs, references followed (`schema_size`), before anything compiles.
-    let mut left = MAX_SCHEMA_NODES;
     let schemas = req
         .tools
         .iter()
@@ -96,36 +63,25 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
         .filter(|(_, tool)| !tool.parameters.is_null())
         .map(|(i, tool)| {
             let what = format!("tool {:?}: its parameters", tool.name);
-            (format!("tools[{i}]"), what, &tool.parameters, "invalid_tool_schema")
+            (
+                format!("tools[{i}].{parameters}"),
+                what,
+                &tool.parameters,
+                "invalid_tool_schema",
+            )
         })
         .chain(format.map(|schema| {
             let what = "the json_schema".to_string();
             ("response_format".to_string(), what, schema, "invalid_response_schema")
         }));
-    for (param, what, schema, invalid) in schemas {
-        match expanded_nodes(schema, left) {
-            Ok(nodes) => left -= nodes,
-            Err(TooBig::Unresolved(reference)) => {
-                return Err(DecodeError::new(
-                    param,
-                    format!(
-                        "{what}: the reference {reference:?} cannot be resolved: only references \
-                         within the schema are (`#`, `#/json/pointer`, `#anchor`, an `$id` it gives)"
-                    ),
-                )
-                .with_code(invalid));
-            }
-            Err(TooBig::Nodes | TooBig::Depth) => {
-                return Err(DecodeError::new(
-                    param,
-                    format!(
-                        "{what}: the schemas are too large once their references are followed: at \
-                         most {MAX_SCHEMA_NODES} schema nodes per request, tools and response format \
-                         together"
-                    ),
-                )
-                .with_code("schema_too_complex"));
-            }
+    let mut budget = SchemaBudget::default();
+    for (param, what, schema, code) in schemas {
+        if let Err(over) = budget.charge(schema) {
+            let message = match over {
+                OverBudget::Unresolved(_) => format!("{what}: {over}"),
+                _ => format!("{what}: over the schema budget: {over}"),
+            };
+            return Err(DecodeError::new(param, message).with_code(code));
         }
     }
     Ok(())
@@ -134,7 +90,7 @@ pub fn check(req: &ChatRequest) -> Result<(), DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::ToolSpec;
+    use crate::types::{ToolSpec, MAX_SCHEMA_DEPTH, MAX_SCHEMA_PATTERNS};
     use serde_json::{json, Value};
 
     fn request(tools: Vec<ToolSpec>) -> ChatRequest {
@@ -152,6 +108,10 @@ mod tests {
         }
     }
 
+    fn openai(req: &ChatRequest) -> Result<(), DecodeError> {
+        check(req, Dialect::OpenAi)
+    }
+
     #[test]
     fn schemas_that_are_huge_once_references_are_followed_are_refused_before_compiling() {
         // 2^20 nodes inlined from a body of about 1.5 KB.
@@ -165,16 +125,55 @@ mod tests {
         }
         defs.insert("l20".into(), json!({"type": "string"}));
         let doubling = json!({"$defs": defs, "$ref": "#/$defs/l0"});
-        let err = check(&request(vec![tool("deep", doubling)])).expect_err("refused");
-        assert_eq!(err.code, Some("schema_too_complex"), "{}", err.message);
-        assert_eq!(err.param.as_deref(), Some("tools[0]"));
+        let err = openai(&request(vec![tool("deep", doubling)])).expect_err("refused");
+        assert_eq!(err.code, Some("invalid_tool_schema"), "{}", err.message);
+        assert_eq!(err.param.as_deref(), Some("tools[0].function.parameters"));
+        assert!(
+            err.message.contains("once their references are followed"),
+            "names the limit: {}",
+            err.message
+        );
         // The budget is for the request: many tools of a modest size add up.
         let modest = json!({"type": "object", "properties": {"x": {"enum": (0..500).collect::<Vec<_>>()}}});
         let many: Vec<ToolSpec> = (0..60).map(|i| tool(&format!("t{i}"), modest.clone())).collect();
-        let err = check(&request(many)).expect_err("30,000 nodes in all");
-        assert_eq!(err.code, Some("schema_too_complex"));
+        let err = openai(&request(many)).expect_err("30,000 nodes in all");
+        assert_eq!(err.code, Some("invalid_tool_schema"));
         let few: Vec<ToolSpec> = (0..10).map(|i| tool(&format!("t{i}"), modest.clone())).collect();
-        assert!(check(&request(few)).is_ok(), "5,000 nodes fit");
+        assert!(openai(&request(few)).is_ok(), "5,000 nodes fit");
+    }
+
+    #[test]
+    fn a_schema_past_the_depth_is_refused_naming_its_place_in_the_clients_dialect() {
+        let nest = |levels: usize| {
+            (0..levels).fold(
+                json!({"type": "string"}),
+                |inner, _| json!({"type": "array", "items": inner}),
+            )
+        };
+        assert!(openai(&request(vec![tool("ok", nest(MAX_SCHEMA_DEPTH))])).is_ok());
+        let deep = request(vec![tool("plain", json!({})), tool("deep", nest(MAX_SCHEMA_DEPTH + 1))]);
+        let err = openai(&deep).expect_err("one level past");
+        assert_eq!(err.param.as_deref(), Some("tools[1].function.parameters"));
+        assert_eq!(err.code, Some("invalid_tool_schema"));
+        assert!(err.message.contains("\"deep\""), "names the tool: {}", err.message);
+        assert!(
+            err.message.contains(&format!("{MAX_SCHEMA_DEPTH} levels")),
+            "names the limit: {}",
+            err.message
+        );
+        let err = check(&deep, Dialect::Anthropic).expect_err("the same in the Anthropic dialect");
+        assert_eq!(err.param.as_deref(), Some("tools[1].input_schema"));
+        let format = ChatRequest {
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "answer".into(),
+                schema: nest(MAX_SCHEMA_DEPTH + 1),
+                strict: None,
+            }),
+            ..ChatRequest::default()
+        };
+        let err = openai(&format).expect_err("a response format past the depth");
+        assert_eq!(err.param.as_deref(), Some("response_format"));
+        assert_eq!(err.code, Some("invalid_response_schema"));
     }
 
     #[test]
@@ -190,8 +189,9 @@ mod tests {
             }),
             ..ChatRequest::default()
         };
-        let err = check(&req).expect_err("33 regexes in the response format");
-        assert_eq!(err.code, Some("max_schema_patterns_exceeded"), "{}", err.message);
+        let err = openai(&req).expect_err("33 regexes in the response format");
+        assert_eq!(err.code, Some("invalid_response_schema"), "{}", err.message);
+        assert!(err.message.contains("regular expressions"), "{}", err.message);
     }
 
     #[test]
@@ -205,7 +205,7 @@ mod tests {
                 json!({"type": "object", "properties": {"q": {"type": "string"}}}),
             ),
         ]);
-        let err = check(&req).expect_err("two tools named lookup");
+        let err = openai(&req).expect_err("two tools named lookup");
         assert_eq!(err.code, Some("duplicate_tool_name"), "{}", err.message);
         assert_eq!(err.param.as_deref(), Some("tools[2]"), "the second of the two");
         assert!(
@@ -214,31 +214,32 @@ mod tests {
             err.message
         );
         let distinct = request(vec![tool("lookup", plain.clone()), tool("Lookup", plain)]);
-        assert!(check(&distinct).is_ok(), "names are compared exactly");
+        assert!(openai(&distinct).is_ok(), "names are compared exactly");
     }
 
     #[test]
     fn the_limits_are_inclusive_and_named_when_passed() {
         let plain = |i: usize| tool(&format!("t{i}"), json!({"type": "object"}));
         assert!(
-            check(&request((0..MAX_TOOLS).map(plain).collect())).is_ok(),
+            openai(&request((0..MAX_TOOLS).map(plain).collect())).is_ok(),
             "128 tools pass"
         );
-        let err = check(&request((0..=MAX_TOOLS).map(plain).collect())).expect_err("129 tools");
+        let err = openai(&request((0..=MAX_TOOLS).map(plain).collect())).expect_err("129 tools");
         assert_eq!(err.code, Some("max_tools_exceeded"), "code");
         assert_eq!(err.param.as_deref(), Some("tools"), "param");
 
         let patterned = |i: usize| tool(&format!("t{i}"), json!({"properties": {"a": {"pattern": "^a+$"}}}));
         assert!(
-            check(&request((0..MAX_SCHEMA_PATTERNS).map(patterned).collect())).is_ok(),
+            openai(&request((0..MAX_SCHEMA_PATTERNS).map(patterned).collect())).is_ok(),
             "32 patterns pass"
         );
-        let err = check(&request((0..=MAX_SCHEMA_PATTERNS).map(patterned).collect())).expect_err("33 patterns");
-        assert_eq!(err.code, Some("max_schema_patterns_exceeded"), "code");
-        assert!(
-            err.message.contains("\"t32\""),
-            "names the tool that passed it: {}",
-            err.message
+        let err = openai(&request((0..=MAX_SCHEMA_PATTERNS).map(patterned).collect())).expect_err("33 patterns");
+        assert_eq!(err.code, Some("invalid_tool_schema"), "code");
+        assert_eq!(
+            err.param.as_deref(),
+            Some("tools[32].function.parameters"),
+            "the tool that passed it"
         );
+        assert!(err.message.contains("\"t32\""), "names the tool: {}", err.message);
     }
 }

@@ -1,5 +1,6 @@
 //! Provider-neutral nouns every layer shares: what a client asked for and its context, the
-//! plan, error classes, policies, prefill conventions, what the mux emits, and the envelope.
+//! plan, error classes, policies, prefill conventions, what the mux emits, the envelope, and
+//! what a client's JSON Schema may cost.
 //! This module imports no layer.
 
 mod ctx;
@@ -10,6 +11,7 @@ mod plan;
 mod policy;
 mod prefill;
 mod request;
+mod schema_budget;
 mod state_hash;
 
 pub use ctx::{usable_request_id, Dialect, Priority, RequestCtx, MAX_CLIENT_REQUEST_ID};
@@ -25,5 +27,9 @@ pub use policy::MidStreamPolicy;
 pub use prefill::{Prefill, PrefillConvention};
 pub use request::{
     ChatRequest, ContentPart, Message, ResponseFormat, ResponseType, Role, Sampling, ToolChoice, ToolSpec,
+};
+pub use schema_budget::{
+    within_budget, OverBudget, SchemaBudget, MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEYWORDS, MAX_SCHEMA_LITERAL_BYTES,
+    MAX_SCHEMA_NODES, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REFS,
 };
 pub use state_hash::{canonical_history, state_hash};

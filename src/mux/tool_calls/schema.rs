@@ -1,15 +1,15 @@
 //! The request's tool schemas, compiled once, and the checks a finished call's arguments
 //! must pass: a JSON object (`""` reads as `{}`) that matches its tool's schema. A client's
 //! schema that does not compile, or not within the request's pattern budget
-//! (`schema_budget`), is the request's error (`ToolSchemas::compile_within`).
+//! (`pattern_budget`), is the request's error (`ToolSchemas::compile_within`).
 
 use std::collections::HashMap;
 
 use jsonschema::Validator;
 use serde_json::Value;
 
-use super::schema_budget::{PatternBudget, SchemaRefusal};
-use crate::types::ToolSpec;
+use super::pattern_budget::{PatternBudget, SchemaRefusal};
+use crate::types::{within_budget, ToolSpec};
 
 /// The most a compiled `pattern` may take (the regex crate's own default is 10 MiB): 32 of a
 /// client's `\w{2000}\d{2000}\s{2000}` held a worker for seconds and took 200 MiB. Real
@@ -31,8 +31,11 @@ pub fn validator(schema: &Value) -> Result<Validator, String> {
 }
 
 /// As `validator`, each pattern's compiled size bounded by `size_limit` (a request's share
-/// of its pattern budget, `schema_budget`).
+/// of its pattern budget, `pattern_budget`). A schema past the schema budget
+/// (`types::SchemaBudget`) is never compiled: the edge refuses a request's, and any other
+/// (an assembler's own tools) is refused here.
 pub(super) fn validator_within(schema: &Value, size_limit: usize) -> Result<Validator, String> {
+    within_budget(schema).map_err(|over| over.to_string())?;
     jsonschema::options()
         .with_pattern_options(
             jsonschema::PatternOptions::fancy_regex()

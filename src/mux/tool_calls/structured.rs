@@ -14,8 +14,8 @@ use std::sync::Arc;
 use jsonschema::Validator;
 use serde_json::Value;
 
+use super::pattern_budget::{PatternBudget, SchemaRefusal};
 use super::schema::{checked, Uncompiled};
-use super::schema_budget::{PatternBudget, SchemaRefusal};
 use crate::types::{ChatRequest, ErrorClass, ResponseFormat};
 
 /// Cap on a held structured answer, in bytes (the assembler's cap on tool-call arguments).
@@ -142,7 +142,7 @@ impl StructuredGate {
                 // Cut: the message may quote the answer.
                 Some(err) => Err(StructuredError::SchemaMismatch(super::schema::clip(format!(
                     "{err} at {}",
-                    err.instance_path
+                    err.instance_path()
                 )))),
             },
         }

@@ -1,7 +1,8 @@
 //! Schemas no value can satisfy, told apart before any upstream is asked: `false`, `not` of
 //! everything, an empty `enum`, or bounds that cross on the type the schema requires
 //! (`minimum` over `maximum` on a number, `minLength` over `maxLength` on a string, ...),
-//! at the root or in a required property.
+//! at the root or in a required property, at any depth the schema budget admits
+//! (`types::MAX_SCHEMA_DEPTH`), local references followed.
 //!
 //! Why: every answer to such a schema is invalid output, so each route was asked, failed
 //! over and counted against, and the client got a 502 after all of them (an SDK retrying 5xx
@@ -10,16 +11,36 @@
 
 use serde_json::Value;
 
-/// Required properties followed at most, so a deep schema costs a bounded walk.
-const MAX_DEPTH: usize = 32;
+use crate::types::{MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES};
 
 /// Why `schema` admits no value, when that is certain.
 pub fn why_unsatisfiable(schema: &Value) -> Option<String> {
-    at(schema, "", 0)
+    let mut steps = MAX_SCHEMA_NODES;
+    at(schema, schema, "", 0, &mut steps)
 }
 
-fn at(schema: &Value, path: &str, depth: usize) -> Option<String> {
+/// `schema`, `depth` JSON levels below `root` (a reference one level above its target, as
+/// the budget counts). The walk ends where the budget does, so within it, it sees
+/// everything: a schema the budget admits has at most `MAX_SCHEMA_NODES` subschemas with its
+/// references followed, a recursive one aside, whose walk `steps` ends (two required
+/// references back to the root would otherwise double at each level).
+fn at(root: &Value, schema: &Value, path: &str, depth: usize, steps: &mut usize) -> Option<String> {
+    if depth > MAX_SCHEMA_DEPTH || *steps == 0 {
+        return None;
+    }
+    *steps -= 1;
     let here = if path.is_empty() { "the schema" } else { path };
+    if let Some(target) = schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix('#'))
+        .and_then(|pointer| root.pointer(pointer))
+    {
+        // Its siblings apply beside it (draft 2019-09 on), so both are looked at.
+        if let Some(why) = at(root, target, path, depth + 1, steps) {
+            return Some(why);
+        }
+    }
     let s = match schema {
         Value::Bool(false) => return Some(format!("{here} is `false`, which nothing satisfies")),
         Value::Object(s) => s,
@@ -51,14 +72,20 @@ fn at(schema: &Value, path: &str, depth: usize) -> Option<String> {
     if let Some(why) = bounds.iter().find_map(|(low, high)| crossed(low, high)) {
         return Some(why);
     }
-    if depth >= MAX_DEPTH || kind.is_some_and(|k| k != "object") {
+    if kind.is_some_and(|k| k != "object") {
         return None;
     }
     let required = s.get("required").and_then(Value::as_array)?;
     let props = s.get("properties").and_then(Value::as_object)?;
     required.iter().filter_map(Value::as_str).find_map(|name| {
         let sub = props.get(name)?;
-        at(sub, &format!("{here}'s required property {name:?}"), depth + 1)
+        at(
+            root,
+            sub,
+            &format!("{here}'s required property {name:?}"),
+            depth + 2,
+            steps,
+        )
     })
 }
 
@@ -92,5 +119,49 @@ mod tests {
         ] {
             assert_eq!(why_unsatisfiable(&schema), None, "{schema}");
         }
+    }
+
+    /// Crossed bounds `levels` required properties down.
+    fn crossed_at(levels: usize) -> Value {
+        (0..levels).fold(
+            json!({"type": "integer", "minimum": 5, "maximum": 3}),
+            |inner, _| json!({"type": "object", "properties": {"a": inner}, "required": ["a"]}),
+        )
+    }
+
+    #[test]
+    fn crossed_bounds_are_found_at_the_deepest_level_the_budget_admits() {
+        let levels = MAX_SCHEMA_DEPTH / 2;
+        let deepest = crossed_at(levels);
+        assert!(crate::types::within_budget(&deepest).is_ok(), "the budget admits it");
+        let why = why_unsatisfiable(&deepest).expect("found at the bottom");
+        assert!(why.contains("`minimum` 5 over `maximum` 3"), "{why}");
+        assert!(
+            crate::types::within_budget(&crossed_at(levels + 1)).is_err(),
+            "one level more is the budget's to refuse"
+        );
+    }
+
+    #[test]
+    fn local_references_are_followed() {
+        let schema = json!({
+            "$defs": {"bad": {"type": "string", "minLength": 4, "maxLength": 2}},
+            "type": "object",
+            "properties": {"name": {"$ref": "#/$defs/bad"}},
+            "required": ["name"]
+        });
+        assert!(why_unsatisfiable(&schema).is_some(), "through the reference");
+        let looping = json!({"type": "object", "properties": {"again": {"$ref": "#"}}, "required": ["again"]});
+        assert_eq!(why_unsatisfiable(&looping), None, "a loop ends at the depth limit");
+        let branching = json!({
+            "type": "object",
+            "properties": {"a": {"$ref": "#"}, "b": {"$ref": "#"}},
+            "required": ["a", "b"]
+        });
+        assert_eq!(
+            why_unsatisfiable(&branching),
+            None,
+            "a branching loop ends within its steps"
+        );
     }
 }

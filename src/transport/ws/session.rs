@@ -311,7 +311,7 @@ where
         }
         let decoded = check_value_cost(&request, &self.limits)
             .and_then(|()| decode_value(request))
-            .and_then(|req| crate::transport::tool_cost::check(&req).map(|()| req));
+            .and_then(|req| crate::transport::tool_cost::check(&req, crate::types::Dialect::Native).map(|()| req));
         let mut req = match decoded {
             Ok(req) => req,
             Err(e) => return send_error(Some(id), e.into()),
