@@ -145,6 +145,22 @@ impl ErrorReply {
         }
     }
 
+    /// A non-streaming answer the `truncate` policy cut: the whole answer was to be sent at
+    /// its end, so nothing of it was, and the partial is not passed off as an answer.
+    pub fn truncated_whole(envelope: Envelope) -> Self {
+        ErrorReply {
+            code: Some("truncated"),
+            envelope: Some(Box::new(envelope)),
+            ..ErrorReply::new(
+                502,
+                ErrorClass::Unavailable,
+                "the route failed mid-answer and the request's mid-stream policy (truncate) ends \
+                 it there; a non-streaming request gets no partial answer, so nothing was sent \
+                 (the envelope's fell_back_from says which route failed)",
+            )
+        }
+    }
+
     /// A non-streaming answer grew past `server.max_answer_bytes` (an upstream that ignores
     /// `max_tokens`); it was cut there and nothing of it is sent.
     pub fn answer_too_large(limit: usize, envelope: Envelope) -> Self {

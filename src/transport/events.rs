@@ -72,7 +72,7 @@ pub async fn drain(start: Envelope, mut events: EventStream, max_bytes: usize) -
             StreamEvent::Finish {
                 reason: FinishReason::Truncated,
                 envelope,
-            } => return Err(ErrorReply::truncated(*envelope)),
+            } => return Err(ErrorReply::truncated_whole(*envelope)),
             StreamEvent::Finish { reason, envelope } => {
                 return Ok(Answer {
                     text,
@@ -196,9 +196,14 @@ mod tests {
         ]);
         let reply = drain(Envelope::default(), s, usize::MAX).await.err();
         assert_eq!(
-            reply.and_then(|r| r.code),
+            reply.as_ref().and_then(|r| r.code),
             Some("truncated"),
             "truncation is not a success"
+        );
+        let message = reply.map(|r| r.message).unwrap_or_default();
+        assert!(
+            message.contains("nothing was sent") && !message.contains("what was sent"),
+            "a non-streaming client is told it got nothing, not that what it got is incomplete: {message}"
         );
 
         let s = events(vec![StreamEvent::TextDelta("par".into())]);

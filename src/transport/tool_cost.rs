@@ -3,7 +3,7 @@
 //! name, and every schema within the request's one schema budget (`types::SchemaBudget`:
 //! depth, nodes and keywords with references followed, references, regular expressions,
 //! `enum`/`const` bytes). Past it is a 400 naming the schema's place in the client's own
-//! dialect (`tools[2].function.parameters`, `tools[2].input_schema`, `response_format`) and
+//! dialect (`tools[2].function.parameters`, `tools.2.input_schema`, `response_format`) and
 //! the limit, with the schema's code (`invalid_tool_schema`, `invalid_response_schema`).
 //!
 //! The schemas are then compiled once, by the gateway (`mux::tool_calls::Gates::compile`),
@@ -48,9 +48,10 @@ pub fn check(req: &ChatRequest, dialect: Dialect) -> Result<(), DecodeError> {
             .with_code("duplicate_tool_name"));
         }
     }
-    let parameters = match dialect {
-        Dialect::Anthropic => "input_schema",
-        Dialect::OpenAi | Dialect::Native => "function.parameters",
+    // The Anthropic dialect's paths are dotted (`tools.2.input_schema`), as its other errors'.
+    let place = |i: usize| match dialect {
+        Dialect::Anthropic => format!("tools.{i}.input_schema"),
+        Dialect::OpenAi | Dialect::Native => format!("tools[{i}].function.parameters"),
     };
     let format = match &req.response_format {
         Some(ResponseFormat::JsonSchema { schema, .. }) => Some(schema),
@@ -63,12 +64,7 @@ pub fn check(req: &ChatRequest, dialect: Dialect) -> Result<(), DecodeError> {
         .filter(|(_, tool)| !tool.parameters.is_null())
         .map(|(i, tool)| {
             let what = format!("tool {:?}: its parameters", tool.name);
-            (
-                format!("tools[{i}].{parameters}"),
-                what,
-                &tool.parameters,
-                "invalid_tool_schema",
-            )
+            (place(i), what, &tool.parameters, "invalid_tool_schema")
         })
         .chain(format.map(|schema| {
             let what = "the json_schema".to_string();
@@ -162,7 +158,7 @@ mod tests {
             err.message
         );
         let err = check(&deep, Dialect::Anthropic).expect_err("the same in the Anthropic dialect");
-        assert_eq!(err.param.as_deref(), Some("tools[1].input_schema"));
+        assert_eq!(err.param.as_deref(), Some("tools.1.input_schema"));
         let format = ChatRequest {
             response_format: Some(ResponseFormat::JsonSchema {
                 name: "answer".into(),

@@ -15,7 +15,8 @@
 //!   counted as what it points at, memoised per target, so the walk takes time linear in the
 //!   text: 1.6 KB of `$defs` in which each level refers twice to the next is 2^20 nodes at
 //!   depth 20. A reference back into its own path (a recursive schema, compiled as a loop)
-//!   counts once;
+//!   counts once; `$defs` and `definitions` are counted where they are referred to, as a
+//!   compiler compiles them, not where they sit;
 //! - **references**, **regular expressions** (`pattern` strings, `patternProperties` keys)
 //!   and the JSON text of **`enum` and `const` values**, as written.
 //!
@@ -231,6 +232,18 @@ impl<'a> Walk<'a> {
                         ("$ref" | "$dynamicRef" | "$recursiveRef", Value::String(reference)) => {
                             self.reference(reference, depth)?
                         }
+                        // Definitions are compiled where they are referred to, and counted
+                        // there: counted here too, a chain of definitions that each hold the
+                        // next and refer to it would count twice per level.
+                        ("$defs" | "definitions", Value::Object(defs)) => {
+                            self.nodes = self.nodes.checked_sub(1).ok_or(OverBudget::Nodes)?;
+                            self.keywords = self.keywords.checked_sub(defs.len()).ok_or(OverBudget::Keywords)?;
+                            Cost {
+                                nodes: 1,
+                                keywords: defs.len(),
+                                height: 1,
+                            }
+                        }
                         _ => self.size(child, depth + 1)?,
                     };
                     cost.add(part);
@@ -403,6 +416,24 @@ mod tests {
             within_budget(&doubling(20))
         );
         assert!(doubling(20).to_string().len() < 4096, "a small body");
+    }
+
+    #[test]
+    fn definitions_count_where_they_are_referred_to_not_where_they_sit() {
+        // Each level defines the next inside itself and refers to it: linear to compile.
+        let chain = (0..40).fold(json!({"type": "string"}), |inner, level| {
+            let name = format!("d{level}");
+            let mut inner = inner;
+            inner["$anchor"] = json!(name);
+            json!({"$defs": {name.clone(): inner}, "$ref": format!("#{name}")})
+        });
+        let left = used(&chain);
+        assert!(MAX_SCHEMA_NODES - left.nodes < 1_000, "{:?}", left);
+        let unused = json!({"$defs": {"big": {"enum": (0..5000).collect::<Vec<_>>()}}, "type": "string"});
+        assert!(
+            MAX_SCHEMA_NODES - used(&unused).nodes < 10,
+            "a definition nothing refers to costs no compile"
+        );
     }
 
     #[test]
