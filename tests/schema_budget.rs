@@ -337,6 +337,11 @@ async fn two_hundred_hostile_schemas_cost_bounded_memory_and_cpu_and_each_gets_i
     }
     let rss_after = server.status_kib("VmRSS:");
     let grown_mib = (rss_after.saturating_sub(rss_before)) as f64 / 1024.0;
+    eprintln!(
+        "RSS {rss_before} -> {rss_after} KiB ({grown_mib:.1} MiB); the costliest request: {} at {:.1} ms of CPU",
+        worst_cpu.1,
+        worst_cpu.0 as f64 / 1e6
+    );
     assert!(
         grown_mib < 50.0,
         "resident memory grew {grown_mib:.1} MiB over the run ({rss_before} -> {rss_after} KiB)"

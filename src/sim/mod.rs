@@ -118,6 +118,9 @@
 //!
 //! # Known limits
 //!
+//! Strict where the real APIs are (`strict`): a request a real API refuses (`max_tokens` to
+//! an OpenAI reasoning model) is refused with its status and message, whatever the scenario.
+//!
 //! One choice per answer (`n` is ignored); no thinking blocks; tool answers carry no text.
 //! A fault set "after N tokens" (or bytes) never fires when the answer is shorter than N.
 //! An exact or diverging answer comes from the scenario's answer, never from the prefill's
@@ -141,6 +144,7 @@ mod scenario;
 mod schema;
 mod server;
 mod stream;
+mod strict;
 mod timing;
 
 #[cfg(test)]

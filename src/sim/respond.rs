@@ -64,8 +64,12 @@ pub(crate) async fn respond(
         wire,
         upstream_id: format!("req_sim{record:012}"),
     };
-    if parsed.is_none() {
+    let Some(parsed) = parsed else {
         let error = status_error(400, "The request body is not valid JSON.");
+        return reply.error(guard, &error);
+    };
+    // What a real API refuses before anything else (`strict`), whatever the scenario.
+    if let Some(error) = super::strict::refusal(wire, &parsed) {
         return reply.error(guard, &error);
     }
     let Some((scenario, number)) = state.next_request(&scenario_name) else {

@@ -18,6 +18,9 @@ pub struct ChatRequest {
     pub response_format: Option<ResponseFormat>,
     pub sampling: Sampling,
     pub max_tokens: Option<u32>,
+    /// OpenAI `reasoning_effort` (`minimal`, `low`, `medium`, `high`, ...), as the client
+    /// sent it: an OpenAI-wire route receives it unchanged.
+    pub reasoning_effort: Option<String>,
     pub stream: bool,
     /// The client asked for a usage event (`stream_options.include_usage`).
     pub include_usage: bool,

@@ -58,12 +58,48 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
         seed: sampling.seed,
         presence_penalty: sampling.presence_penalty,
         frequency_penalty: sampling.frequency_penalty,
-        max_tokens: chat.max_tokens,
+        max_tokens: chat
+            .max_tokens
+            .filter(|_| token_parameter(model) == TokenParameter::MaxTokens),
+        max_completion_tokens: chat
+            .max_tokens
+            .filter(|_| token_parameter(model) == TokenParameter::MaxCompletionTokens),
+        reasoning_effort: chat.reasoning_effort.clone(),
         stream: true,
         // Always: usage feeds cost accounting even when the client did not ask for it.
         stream_options: StreamOptions { include_usage: true },
         continue_final_message: vllm.map(|()| true),
         add_generation_prompt: vllm.map(|()| false),
+    }
+}
+
+/// Which field carries the answer's token limit for a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenParameter {
+    /// `max_tokens`: every OpenAI-compatible server, and OpenAI's non-reasoning models.
+    MaxTokens,
+    /// `max_completion_tokens`: OpenAI's reasoning models (the o-series, gpt-5), which
+    /// answer `max_tokens` with a 400 ("Unsupported parameter: 'max_tokens' is not supported
+    /// with this model. Use 'max_completion_tokens' instead."). The limit counts their
+    /// reasoning tokens too, as OpenAI documents.
+    MaxCompletionTokens,
+}
+
+/// The token parameter of an upstream model id, by family name: `o1`, `o3`, `o4` and
+/// `gpt-5` ids (dated or with a suffix: `o4-mini`, `gpt-5-2025-08-07`, `o3-pro`), with or
+/// without an `openai/` prefix as routers write it. Every other model takes `max_tokens`,
+/// which OpenAI's older models and every OpenAI-compatible server (vLLM, llama.cpp, Ollama)
+/// take.
+pub fn token_parameter(model: &str) -> TokenParameter {
+    let id = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    let family = |prefix: &str| {
+        id.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '.']))
+    };
+    if ["o1", "o3", "o4", "gpt-5"].into_iter().any(family) {
+        TokenParameter::MaxCompletionTokens
+    } else {
+        TokenParameter::MaxTokens
     }
 }
 
@@ -318,5 +354,46 @@ mod tests {
             body["messages"][1],
             json!({"role": "assistant", "content": "Hello wörld,"})
         );
+    }
+
+    #[test]
+    fn reasoning_models_get_max_completion_tokens_and_the_reasoning_effort() {
+        for model in [
+            "o4-mini",
+            "o3",
+            "o1-2024-12-17",
+            "gpt-5",
+            "gpt-5-mini",
+            "gpt-5.1",
+            "openai/o3-pro",
+        ] {
+            assert_eq!(token_parameter(model), TokenParameter::MaxCompletionTokens, "{model}");
+        }
+        for model in [
+            "gpt-4o-mini",
+            "gpt-4.1",
+            "o1ne-local",
+            "llama-3.1-8b",
+            "gpt-50",
+            "qwen3-o3",
+        ] {
+            assert_eq!(token_parameter(model), TokenParameter::MaxTokens, "{model}");
+        }
+        let chat = ChatRequest {
+            max_tokens: Some(200),
+            reasoning_effort: Some("low".into()),
+            ..conversation()
+        };
+        let upstream = upstream(chat, None);
+        let body = serde_json::to_value(build_body(&upstream, "o4-mini")).unwrap_or_default();
+        assert_eq!(body["max_completion_tokens"], 200, "{body}");
+        assert!(
+            body.get("max_tokens").is_none(),
+            "never max_tokens to a reasoning model: {body}"
+        );
+        assert_eq!(body["reasoning_effort"], "low", "{body}");
+        let body = serde_json::to_value(build_body(&upstream, "gpt-4o-mini")).unwrap_or_default();
+        assert_eq!(body["max_tokens"], 200, "{body}");
+        assert!(body.get("max_completion_tokens").is_none(), "{body}");
     }
 }

@@ -32,6 +32,11 @@ pub struct ChatBody {
     pub frequency_penalty: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// What reasoning models take instead of `max_tokens` (`TokenParameter`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
     pub stream: bool,
     pub stream_options: StreamOptions,
     /// vLLM: continue the final assistant message inside its turn.

@@ -103,6 +103,8 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
             ..Sampling::default()
         },
         max_tokens: Some(max_tokens),
+        // The Anthropic dialect's own reasoning control is `thinking`, not this.
+        reasoning_effort: None,
         stream: raw.stream.unwrap_or(false),
         // Anthropic always reports usage.
         include_usage: true,
