@@ -149,15 +149,11 @@ impl ErrorReply {
     /// its end, so nothing of it was, and the partial is not passed off as an answer.
     pub fn truncated_whole(envelope: Envelope) -> Self {
         ErrorReply {
-            code: Some("truncated"),
-            envelope: Some(Box::new(envelope)),
-            ..ErrorReply::new(
-                502,
-                ErrorClass::Unavailable,
-                "the route failed mid-answer and the request's mid-stream policy (truncate) ends \
-                 it there; a non-streaming request gets no partial answer, so nothing was sent \
-                 (the envelope's fell_back_from says which route failed)",
-            )
+            message: "the route failed mid-answer and the request's mid-stream policy (truncate) \
+                      ends it there; a non-streaming request gets no partial answer, so nothing \
+                      was sent (the envelope's fell_back_from says which route failed)"
+                .into(),
+            ..ErrorReply::truncated(envelope)
         }
     }
 
