@@ -5,7 +5,7 @@
 mod support;
 
 use serde_json::json;
-use support::{client, start};
+use support::{post_chat, start};
 
 fn config(model: &str) -> String {
     format!(
@@ -29,12 +29,7 @@ async fn a_reasoning_model_route_gets_max_completion_tokens_and_answers() {
                 "model": "chat", "stream": stream, field: 12, "reasoning_effort": "low",
                 "messages": [{"role": "user", "content": "hi"}],
             });
-            let resp = client()
-                .post(server.url("/v1/chat/completions"))
-                .json(&body)
-                .send()
-                .await
-                .expect("sent");
+            let resp = post_chat(&server, &body).await;
             let status = resp.status().as_u16();
             let text = resp.text().await.unwrap_or_default();
             assert_eq!(

@@ -287,10 +287,10 @@ async fn two_hundred_hostile_schemas_cost_bounded_memory_and_cpu_and_each_gets_i
     for (i, (schema, past)) in schemas.iter().enumerate() {
         // The response format only for the chains the simulated routes can answer exactly
         // (its answers must match): the tools carry every keyword.
-        let place = match i % 3 {
-            0 => Place::OpenAiTool,
-            1 => Place::AnthropicTool,
-            _ => Place::OpenAiTool,
+        let place = if i % 3 == 1 {
+            Place::AnthropicTool
+        } else {
+            Place::OpenAiTool
         };
         let (path, body) = request(place, schema);
         let before = server.cpu_ns();

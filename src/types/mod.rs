@@ -29,7 +29,7 @@ pub use request::{
     ChatRequest, ContentPart, Message, ResponseFormat, ResponseType, Role, Sampling, ToolChoice, ToolSpec,
 };
 pub use schema_budget::{
-    within_budget, OverBudget, SchemaBudget, MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEYWORDS, MAX_SCHEMA_LITERAL_BYTES,
-    MAX_SCHEMA_NODES, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REFS,
+    patterns_at, within_budget, OverBudget, SchemaBudget, MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEYWORDS,
+    MAX_SCHEMA_LITERAL_BYTES, MAX_SCHEMA_NODES, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REFS,
 };
 pub use state_hash::{canonical_history, state_hash};

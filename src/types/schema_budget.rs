@@ -194,13 +194,12 @@ impl<'a> Walk<'a> {
                             ("$ref" | "$dynamicRef" | "$recursiveRef", Value::String(_)) => {
                                 written.refs += 1;
                             }
-                            ("pattern", Value::String(_)) => written.patterns += 1,
-                            ("patternProperties", Value::Object(props)) => written.patterns += props.len(),
                             ("enum" | "const", literal) => {
                                 written.literal_bytes = written.literal_bytes.saturating_add(json_len(literal));
                             }
                             _ => {}
                         }
+                        written.patterns += patterns_at(key, child);
                     }
                     pending.extend(map.values());
                 }
@@ -315,6 +314,16 @@ impl Cost {
         self.nodes = self.nodes.saturating_add(part.nodes);
         self.keywords = self.keywords.saturating_add(part.keywords);
         self.height = self.height.max(part.height + 1);
+    }
+}
+
+/// The regular expressions a schema keyword holds: one for a `pattern` string, one per key
+/// of `patternProperties`, none for anything else.
+pub fn patterns_at(key: &str, value: &Value) -> usize {
+    match (key, value) {
+        ("pattern", Value::String(_)) => 1,
+        ("patternProperties", Value::Object(props)) => props.len(),
+        _ => 0,
     }
 }
 

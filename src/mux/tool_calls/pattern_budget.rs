@@ -13,7 +13,7 @@
 use serde_json::Value;
 
 use super::schema::PATTERN_SIZE_LIMIT;
-use crate::types::{ChatRequest, ResponseFormat};
+use crate::types::{patterns_at, ChatRequest, ResponseFormat};
 
 /// Compiled pattern size one request's schemas may take in all.
 pub const PATTERN_BUDGET: usize = 8 * 1024 * 1024;
@@ -119,11 +119,7 @@ pub fn count_patterns(schema: &Value) -> usize {
         match value {
             Value::Object(map) => {
                 for (key, child) in map {
-                    match (key.as_str(), child) {
-                        ("pattern", Value::String(_)) => count += 1,
-                        ("patternProperties", Value::Object(props)) => count += props.len(),
-                        _ => {}
-                    }
+                    count += patterns_at(key, child);
                     pending.push(child);
                 }
             }

@@ -46,6 +46,7 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
     // OpenAI rejects `tool_choice` without `tools`.
     let tool_choice = chat.tool_choice.as_ref().filter(|_| !tools.is_empty()).map(tool_choice);
     let sampling = &chat.sampling;
+    let token = token_parameter(model);
     ChatBody {
         model: model.to_string(),
         messages,
@@ -58,12 +59,8 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
         seed: sampling.seed,
         presence_penalty: sampling.presence_penalty,
         frequency_penalty: sampling.frequency_penalty,
-        max_tokens: chat
-            .max_tokens
-            .filter(|_| token_parameter(model) == TokenParameter::MaxTokens),
-        max_completion_tokens: chat
-            .max_tokens
-            .filter(|_| token_parameter(model) == TokenParameter::MaxCompletionTokens),
+        max_tokens: chat.max_tokens.filter(|_| token == TokenParameter::MaxTokens),
+        max_completion_tokens: chat.max_tokens.filter(|_| token == TokenParameter::MaxCompletionTokens),
         reasoning_effort: chat.reasoning_effort.clone(),
         stream: true,
         // Always: usage feeds cost accounting even when the client did not ask for it.
