@@ -161,8 +161,20 @@ impl Gateway {
             };
             let client = client.with_connect_timeout(route.connect_timeout);
             let p: SharedProvider = match route.wire {
-                Wire::OpenAi => Arc::new(OpenAiProvider::new(base_url, route.model.clone(), api_key, client)),
-                Wire::Anthropic => Arc::new(AnthropicProvider::new(base_url, route.model.clone(), api_key, client)),
+                Wire::OpenAi => Arc::new(OpenAiProvider::with_rules(
+                    base_url,
+                    route.model.clone(),
+                    api_key,
+                    client,
+                    route.rules.clone(),
+                )),
+                Wire::Anthropic => Arc::new(AnthropicProvider::with_rules(
+                    base_url,
+                    route.model.clone(),
+                    api_key,
+                    client,
+                    route.rules.clone(),
+                )),
             };
             providers.insert(route.name.clone(), p);
         }

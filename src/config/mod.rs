@@ -30,7 +30,7 @@ pub use validate::{check_file, load_file, load_str, resolve_addr, ConfigError, C
 
 use crate::sim::Scenario;
 use crate::types::Priority;
-use crate::types::{Level, PrefillConvention, ResponseType};
+use crate::types::{Level, ModelRules, PrefillConvention, ResponseType};
 
 /// The configuration embedded in the binary: simulated routes, no keys needed.
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
@@ -104,11 +104,7 @@ impl ProviderKind {
 }
 
 /// Which wire format a route speaks (simulated routes choose one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wire {
-    OpenAi,
-    Anthropic,
-}
+pub use crate::types::Wire;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Capabilities {
@@ -174,6 +170,8 @@ pub struct RouteConfig {
     /// An attempt is not started with less deadline left than this; `None` = the route's live
     /// p50 TTFT.
     pub min_useful: Option<Duration>,
+    /// Its model's token parameter and the request fields it drops or refuses.
+    pub rules: ModelRules,
 }
 
 /// The priority tiers a route serves.

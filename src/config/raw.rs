@@ -92,6 +92,12 @@ pub struct RawRoute {
     pub pools: Option<Vec<String>>,
     pub tokenizer: Option<String>,
     pub min_useful_ms: Option<u64>,
+    /// `max_tokens` or `max_completion_tokens`: overrides the model family's default.
+    pub token_parameter: Option<String>,
+    /// Request fields the model refuses and the answer does not depend on: dropped, noted.
+    pub drop_params: Option<Vec<String>>,
+    /// Request fields the model refuses and the answer depends on: such requests go elsewhere.
+    pub refuse_params: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

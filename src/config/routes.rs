@@ -8,7 +8,7 @@ use super::raw::RawRoute;
 use super::validate::Validator;
 use super::{Capabilities, ProviderKind, RouteConfig, SimConfig, Wire};
 use crate::sim;
-use crate::types::{Level, PrefillConvention};
+use crate::types::{Level, ModelRules, PrefillConvention, TokenParameter};
 
 impl Validator {
     pub(super) fn routes(&mut self, value: Option<&toml::Value>, sim: &SimConfig) -> Vec<RouteConfig> {
@@ -137,6 +137,22 @@ impl Validator {
             }
             format!("sim-{name}")
         });
+        let mut rules = ModelRules::for_model(wire, &model);
+        if let Some(p) = r.token_parameter.as_deref() {
+            match TokenParameter::parse(p) {
+                Some(p) => rules.token_parameter = p,
+                None => self.problem(
+                    format!("{path}.token_parameter"),
+                    format!("{p:?} is not max_tokens or max_completion_tokens"),
+                ),
+            }
+        }
+        if let Some(list) = r.drop_params {
+            rules.drops = list.into_iter().map(String::into_boxed_str).collect();
+        }
+        if let Some(list) = r.refuse_params {
+            rules.refuses = list.into_iter().map(String::into_boxed_str).collect();
+        }
         Some(RouteConfig {
             name,
             provider,
@@ -174,6 +190,7 @@ impl Validator {
             pools,
             tokenizer,
             min_useful: r.min_useful_ms.map(Duration::from_millis),
+            rules,
         })
     }
 

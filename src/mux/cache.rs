@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::config::CacheConfig;
-use crate::types::{ChatRequest, ContentPart, FinishReason, ResponseFormat, ToolCall, ToolChoice, Usage};
+use crate::types::{ChatRequest, ContentPart, FinishReason, RawJson, ResponseFormat, ToolCall, ToolChoice, Usage};
 
 /// A complete answer as it was served.
 #[derive(Debug, Clone, PartialEq)]
@@ -175,7 +175,16 @@ fn normalise(req: &ChatRequest, h: &mut impl Hasher) {
             match part {
                 ContentPart::Text(t) => (0u8, t.trim()).hash(h),
                 ContentPart::ImageUrl { url } => (1u8, url.as_str()).hash(h),
+                ContentPart::Opaque { kind, .. } => (2u8, kind.as_str()).hash(h),
             }
+        }
+        // A part tailcut does not read is known only by its message's own JSON.
+        if m.opaque_parts().next().is_some() {
+            m.json
+                .as_ref()
+                .and_then(|j| j.in_wire(j.wire()?))
+                .map(RawJson::text)
+                .hash(h);
         }
         h.write_usize(m.tool_calls.len());
         for c in &m.tool_calls {

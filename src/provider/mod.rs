@@ -22,6 +22,7 @@ mod h2_pool;
 mod http;
 mod lanes;
 pub mod openai;
+mod passthrough;
 mod proxy;
 mod retry_after;
 mod scrub;

@@ -152,7 +152,9 @@ impl<'a> PromptSize<'a> {
             for part in &m.content {
                 match part {
                     ContentPart::Text(t) => pieces.push(Cow::Borrowed(t)),
-                    ContentPart::ImageUrl { .. } => images += 1,
+                    // A document or audio part is counted as an image is: its own JSON (a
+                    // base64 file) says nothing of its tokens.
+                    ContentPart::ImageUrl { .. } | ContentPart::Opaque { .. } => images += 1,
                 }
             }
             for call in &m.tool_calls {

@@ -14,6 +14,11 @@ use super::continuation::PrefillOutcome;
 /// Records kept; older ones are forgotten first.
 const LOG_CAPACITY: usize = 100_000;
 
+/// Request bodies kept: those of the newest records only, each up to `MAX_KEPT_BODY` bytes,
+/// so what tests read of the requests a route received stays bounded under load.
+const BODIES_KEPT: usize = 256;
+const MAX_KEPT_BODY: usize = 1 << 20;
+
 /// How the simulator ended one response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -66,12 +71,22 @@ pub struct SimRecord {
     /// What the upstream did with the prefill; `None` without one, or when an injected
     /// status error answered first.
     pub continuation: Option<PrefillOutcome>,
+    /// The request body as received (the newest `BODIES_KEPT` records, bodies up to 1 MiB;
+    /// `None` otherwise), and the `anthropic-beta` header: what tests check a route got.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "shared_text")]
+    pub body: Option<Arc<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anthropic_beta: Option<String>,
     #[serde(skip)]
     pub accepted_at: Instant,
     #[serde(skip)]
     pub first_token_at: Option<Instant>,
     #[serde(skip)]
     pub ended_at: Option<Instant>,
+}
+
+fn shared_text<S: serde::Serializer>(text: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
+    text.as_deref().serialize(s)
 }
 
 /// The simulator's clock: tokio time since start.
@@ -106,12 +121,14 @@ struct LogInner {
 }
 
 /// What a handler knows about a request when it arrives.
-pub(crate) struct Arrival {
+pub(crate) struct Arrival<'a> {
     pub scenario: String,
     pub wire: &'static str,
     pub request_id: Option<String>,
     pub stream: bool,
     pub accepted_at: Instant,
+    pub body: &'a [u8],
+    pub anthropic_beta: Option<String>,
 }
 
 impl SimLog {
@@ -134,6 +151,12 @@ impl SimLog {
         if inner.records.len() >= LOG_CAPACITY {
             inner.records.pop_front();
         }
+        let len = inner.records.len();
+        if let Some(old) = len.checked_sub(BODIES_KEPT).and_then(|i| inner.records.get_mut(i)) {
+            old.body = None;
+        }
+        let body =
+            (arrival.body.len() <= MAX_KEPT_BODY).then(|| Arc::from(String::from_utf8_lossy(arrival.body).as_ref()));
         inner.records.push_back(SimRecord {
             id,
             scenario: arrival.scenario,
@@ -150,6 +173,8 @@ impl SimLog {
             prefill_chars: 0,
             continued: false,
             continuation: None,
+            body,
+            anthropic_beta: arrival.anthropic_beta,
             accepted_at: arrival.accepted_at,
             first_token_at: None,
             ended_at: None,
@@ -248,13 +273,15 @@ impl Drop for RecordGuard {
 mod tests {
     use super::*;
 
-    fn arrival() -> Arrival {
+    fn arrival() -> Arrival<'static> {
         Arrival {
             scenario: "s".to_owned(),
             wire: "openai",
             request_id: None,
             stream: true,
             accepted_at: Instant::now(),
+            body: b"{}",
+            anthropic_beta: None,
         }
     }
 

@@ -56,6 +56,11 @@ pub(crate) async fn respond(
             .map(str::to_owned),
         stream: inbound.stream,
         accepted_at,
+        body,
+        anthropic_beta: headers
+            .get("anthropic-beta")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
     });
     let guard = RecordGuard::new(state.log.clone(), record);
     let reply = Reply {

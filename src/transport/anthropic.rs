@@ -20,6 +20,7 @@ use super::chat::{serve_chat, Asker};
 use super::error::{insert, ErrorReply};
 use super::events::{await_commit, drain};
 use super::sse_out::{encoded, envelope_headers, json_response, sse_response};
+use super::verbatim;
 use crate::server::ConnHandle;
 use crate::transport::AppState;
 use crate::types::EventStream;
@@ -50,7 +51,8 @@ pub async fn messages(
     let prepare = |ctx: &mut RequestCtx| {
         require_json(&headers)?;
         check_cost(&body, &limits)?;
-        let req = decode_request(&body)?;
+        let mut req = decode_request(&body)?;
+        verbatim::keep_headers(&mut req, &headers, &["anthropic-beta"]);
         let how = Reply {
             request_id: ctx.request_id.clone(),
             alias: req.model.clone(),

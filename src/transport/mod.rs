@@ -53,6 +53,7 @@ pub mod sse_out;
 mod state;
 pub mod streams;
 pub mod tool_cost;
+mod verbatim;
 pub mod ws;
 
 use axum::routing::{any, delete, get, post};

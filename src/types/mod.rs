@@ -7,18 +7,21 @@ mod ctx;
 mod envelope;
 mod error_class;
 mod event;
+mod model_rules;
 mod plan;
 mod policy;
 mod prefill;
 mod request;
 mod schema_budget;
 mod state_hash;
+mod verbatim;
 
 pub use ctx::{usable_request_id, Dialect, Priority, RequestCtx, MAX_CLIENT_REQUEST_ID};
 pub use envelope::{Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level, RepairInfo, RouteChange, SwitchLayer};
 pub use envelope::{HistoryInfo, TurnRange};
 pub use error_class::{Blame, ErrorClass};
 pub use event::{ErrorEvent, EventStream, FinishReason, StreamEvent, ToolCall, Usage};
+pub use model_rules::{ModelRules, TokenParameter, REASONING_DROPS, REASONING_REFUSES};
 pub use plan::{
     Candidate, CandidateScore, Exclusion, ExclusionCode, LeaseState, LeaseUpdate, Plan, RevokeReason, RouteStatus,
     ScoreBreakdown,
@@ -33,3 +36,4 @@ pub use schema_budget::{
     MAX_SCHEMA_LITERAL_BYTES, MAX_SCHEMA_NODES, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REFS,
 };
 pub use state_hash::{canonical_history, state_hash};
+pub use verbatim::{MessageJson, RawJson, Verbatim, Wire};

@@ -1,9 +1,12 @@
 //! `ChatRequest`: the neutral request every transport decodes into and every provider encodes from.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::event::ToolCall;
+use super::verbatim::{MessageJson, Verbatim, Wire};
 
 /// One logical chat request, independent of the dialect it arrived in.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -24,8 +27,13 @@ pub struct ChatRequest {
     pub stream: bool,
     /// The client asked for a usage event (`stream_options.include_usage`).
     pub include_usage: bool,
-    /// Free-form metadata from the client; never sent upstream.
+    /// The client's `metadata` object. It reaches a route of the client's wire with the rest
+    /// of `verbatim`; the typed copy is for tailcut's own use.
     pub metadata: serde_json::Map<String, Value>,
+    /// The client's own top-level fields, for a route of its wire (`None` for a request
+    /// tailcut made itself: a probe, a test).
+    #[serde(skip)]
+    pub verbatim: Option<Arc<Verbatim>>,
 }
 
 impl ChatRequest {
@@ -78,6 +86,10 @@ pub struct Message {
     /// For `Role::Tool`: which call this result answers.
     pub tool_call_id: Option<String>,
     pub name: Option<String>,
+    /// The message's own JSON as the client sent it (`None` for one tailcut wrote: a repair
+    /// prompt, an answer kept in a session's history).
+    #[serde(skip)]
+    pub json: Option<MessageJson>,
 }
 
 impl Message {
@@ -88,6 +100,7 @@ impl Message {
             tool_calls: Vec::new(),
             tool_call_id: None,
             name: None,
+            json: None,
         }
     }
 
@@ -106,13 +119,21 @@ impl Message {
         self.content.iter().any(|p| matches!(p, ContentPart::ImageUrl { .. }))
     }
 
+    /// The kinds of the message's parts tailcut does not read, with the wire they are in.
+    pub fn opaque_parts(&self) -> impl Iterator<Item = (Wire, &str)> {
+        self.content.iter().filter_map(|p| match p {
+            ContentPart::Opaque { wire, kind } => Some((*wire, kind.as_str())),
+            _ => None,
+        })
+    }
+
     fn text_len(&self) -> usize {
         let parts: usize = self
             .content
             .iter()
             .map(|p| match p {
                 ContentPart::Text(t) => t.len(),
-                ContentPart::ImageUrl { .. } => 0,
+                ContentPart::ImageUrl { .. } | ContentPart::Opaque { .. } => 0,
             })
             .sum();
         parts
@@ -128,7 +149,17 @@ impl Message {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
     Text(String),
-    ImageUrl { url: String },
+    ImageUrl {
+        url: String,
+    },
+    /// A part tailcut does not read: an OpenAI `file`, `input_audio` or `refusal` part, an
+    /// Anthropic `document`, `thinking`, `redacted_thinking` or `search_result` block, any
+    /// type a provider adds. It reaches a route of the client's wire, unchanged, inside its
+    /// message's `json`; a route of another wire cannot carry it and is not eligible.
+    Opaque {
+        wire: Wire,
+        kind: String,
+    },
 }
 
 /// A tool the model may call; `parameters` is its JSON Schema.

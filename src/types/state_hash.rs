@@ -188,7 +188,8 @@ impl Serialize for Images<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.0.parts().filter_map(|p| match p {
             ContentPart::ImageUrl { url } => Some(url),
-            ContentPart::Text(_) => None,
+            // Parts tailcut does not read (documents, thinking blocks) are not hashed.
+            ContentPart::Text(_) | ContentPart::Opaque { .. } => None,
         }))
     }
 }

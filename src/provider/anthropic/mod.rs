@@ -16,6 +16,7 @@ pub use request::DEFAULT_MAX_TOKENS;
 use crate::provider::client::RequestBody;
 use crate::provider::http::Endpoint;
 use crate::provider::{DeltaStream, HttpClient, Provider, ProviderError, UpstreamRequest};
+use crate::types::{ModelRules, Wire};
 
 /// The API version this adapter speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -23,23 +24,51 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub struct AnthropicProvider {
     /// Its base URL is the host root, e.g. `https://api.anthropic.com`.
     endpoint: Endpoint,
+    rules: ModelRules,
 }
 
 impl AnthropicProvider {
     pub fn new(base_url: String, model: String, api_key: Option<String>, client: HttpClient) -> Self {
+        let rules = ModelRules::for_model(Wire::Anthropic, &model);
+        AnthropicProvider::with_rules(base_url, model, api_key, client, rules)
+    }
+
+    /// A route's adapter with its model's rules (the route's config may override the family's).
+    pub fn with_rules(
+        base_url: String,
+        model: String,
+        api_key: Option<String>,
+        client: HttpClient,
+        rules: ModelRules,
+    ) -> Self {
         AnthropicProvider {
             endpoint: Endpoint::new(base_url, model, api_key, client),
+            rules,
         }
     }
 
-    /// One attempt's POST: the body in this wire format, its headers and the route's key.
+    /// One attempt's POST: the body in this wire format, its headers and the route's key. A
+    /// client of this wire has its `anthropic-beta` header forwarded: the features it turns
+    /// on (interleaved thinking, a longer context, files) change what the body means.
     fn request(&self, req: &UpstreamRequest) -> Result<Request<RequestBody>, ProviderError> {
-        let body = request::build_body(req, &self.endpoint.model)?;
+        let body = request::body(req, &self.endpoint.model, &self.rules)?;
         let mut request = self.endpoint.post("/v1/messages", &req.request_id, &body)?;
         request.headers_mut().insert(
             HeaderName::from_static("anthropic-version"),
             HeaderValue::from_static(ANTHROPIC_VERSION),
         );
+        let beta = req
+            .chat
+            .verbatim
+            .as_deref()
+            .filter(|v| v.wire == Wire::Anthropic)
+            .and_then(|v| v.header("anthropic-beta"))
+            .and_then(|b| HeaderValue::from_str(b).ok());
+        if let Some(beta) = beta {
+            request
+                .headers_mut()
+                .insert(HeaderName::from_static("anthropic-beta"), beta);
+        }
         self.endpoint
             .with_key(&mut request, HeaderName::from_static("x-api-key"), str::to_string)?;
         Ok(request)

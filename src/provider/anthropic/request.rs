@@ -1,37 +1,134 @@
-//! `ChatRequest` -> Anthropic Messages request body (always streaming).
+//! `ChatRequest` -> Anthropic Messages request body (always streaming). A request that
+//! arrived on the Anthropic wire is passed through (`provider::passthrough`); any other is
+//! written from the typed view.
 //!
-//! What does not map: `seed`, `presence_penalty` and `frequency_penalty` do not exist in the
-//! Messages API and are dropped; so is `response_format` (Anthropic has no JSON mode here;
-//! structured answers are still validated downstream).
+//! What does not map from the typed view: `seed`, `presence_penalty` and `frequency_penalty`
+//! do not exist in the Messages API and are dropped; so is `response_format` (Anthropic has
+//! no JSON mode here; structured answers are still validated downstream).
 
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::types::{Block, ImageSource, MessagesBody, WireMessage, WireTool};
+use crate::provider::passthrough::{Piece, SameWire};
 use crate::provider::{ErrorClass, ProviderError, UpstreamRequest};
-use crate::types::{ContentPart, Message, PrefillConvention, Role, ToolChoice};
+use crate::types::{
+    ContentPart, Message, MessageJson, ModelRules, PrefillConvention, Role, ToolChoice, Verbatim, Wire,
+};
 
 /// `max_tokens` is required by the Messages API; this is used when the client set none.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
-/// Builds the body for `model` (the route's upstream model id). Fails only on a
-/// conversation Anthropic cannot express (a tool result without its call id, tool-call
-/// arguments that are not JSON).
-pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, ProviderError> {
+/// The fields tailcut writes itself in a same-wire body; the client's own are not sent.
+const OWNED: &[&str] = &["model", "messages", "system", "stream", "max_tokens"];
+
+/// The body one attempt sends.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(crate) enum Body<'a> {
+    Typed(Box<MessagesBody>),
+    SameWire(SameWire<'a>),
+}
+
+/// The body for `model` (the route's upstream model id) under the route's `rules`. Fails
+/// only on a conversation Anthropic cannot express (a tool result without its call id,
+/// tool-call arguments that are not JSON).
+pub(crate) fn body<'a>(
+    req: &'a UpstreamRequest,
+    model: &'a str,
+    rules: &ModelRules,
+) -> Result<Body<'a>, ProviderError> {
+    match req.chat.verbatim.as_deref().filter(|v| v.wire == Wire::Anthropic) {
+        Some(verbatim) => same_wire(req, model, rules, verbatim).map(Body::SameWire),
+        None => Ok(Body::Typed(Box::new(build_body(req, model)?))),
+    }
+}
+
+/// The client's body with the owned fields rewritten: each turn the client sent is sent as it
+/// was (thinking blocks with their signatures, `cache_control`, documents); a message tailcut
+/// added (a repair) is written. A final assistant turn that the answer continues (the
+/// client's own prefill) is written too, so a continuation joins it and its trailing
+/// whitespace is cut, as the API requires.
+fn same_wire<'a>(
+    req: &'a UpstreamRequest,
+    model: &'a str,
+    rules: &ModelRules,
+    verbatim: &'a Verbatim,
+) -> Result<SameWire<'a>, ProviderError> {
     let chat = &req.chat;
-    let system: Vec<String> = chat
-        .messages
-        .iter()
+    let mut body = SameWire::new(verbatim, OWNED, rules);
+    let written_from = match chat.assistant_prefill() {
+        Some(_) => chat.messages.len() - 1,
+        None => chat.messages.len(),
+    };
+    let systems: Vec<&Message> = chat.messages.iter().filter(|m| m.role == Role::System).collect();
+    match systems.as_slice() {
+        [one] if one.json.as_ref().and_then(|j| j.in_wire(Wire::Anthropic)).is_some() => {
+            if let Some(raw) = one.json.as_ref().and_then(|j| j.in_wire(Wire::Anthropic)) {
+                body.set("system", Piece::Sent(raw.raw()));
+            }
+        }
+        _ => {
+            if let Some(system) = system_text(chat.messages.iter()) {
+                body.set("system", Piece::made(&system)?);
+            }
+        }
+    }
+    let mut messages: Vec<Piece<'a>> = Vec::new();
+    let mut written: Vec<WireMessage> = Vec::new();
+    for (i, message) in chat.messages.iter().enumerate() {
+        if message.role == Role::System {
+            continue;
+        }
+        match &message.json {
+            Some(json) if i < written_from => {
+                if let Some(raw) = json.in_wire(Wire::Anthropic) {
+                    flush(&mut written, &mut messages)?;
+                    messages.push(Piece::Sent(raw.raw()));
+                } else if *json != MessageJson::SameTurn {
+                    let (role, blocks) = wire_message(message)?;
+                    push_merged(&mut written, role, blocks);
+                }
+            }
+            _ => {
+                let (role, blocks) = wire_message(message)?;
+                push_merged(&mut written, role, blocks);
+            }
+        }
+    }
+    end_with_prefill(req, &mut written);
+    flush(&mut written, &mut messages)?;
+    body.set("model", Piece::made(&model)?);
+    body.set("messages", Piece::Array(messages));
+    body.set(
+        "max_tokens",
+        Piece::made(&chat.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS))?,
+    );
+    body.set("stream", Piece::made(&true)?);
+    Ok(body)
+}
+
+fn flush<'a>(written: &mut Vec<WireMessage>, out: &mut Vec<Piece<'a>>) -> Result<(), ProviderError> {
+    for message in written.drain(..) {
+        out.push(Piece::made(&message)?);
+    }
+    Ok(())
+}
+
+fn system_text<'m>(messages: impl Iterator<Item = &'m Message>) -> Option<String> {
+    let system: Vec<String> = messages
         .filter(|m| m.role == Role::System)
         .map(Message::joined_text)
         .filter(|t| !t.is_empty())
         .collect();
-    let mut messages: Vec<WireMessage> = Vec::new();
-    for message in chat.messages.iter().filter(|m| m.role != Role::System) {
-        let (role, blocks) = wire_message(message)?;
-        push_merged(&mut messages, role, blocks);
-    }
-    // The API continues a final assistant message, and rejects one ending in whitespace: the
-    // whitespace is cut here, and the mux's seam drops its re-emission (`Prefill::withheld`).
+    (!system.is_empty()).then(|| system.join("\n\n"))
+}
+
+/// The API continues a final assistant message, and rejects one ending in whitespace: the
+/// whitespace is cut here, and the mux's seam drops its re-emission (`Prefill::withheld`). A
+/// client's own final assistant message (its prefill) ending in whitespace is refused by the
+/// API as well; the whitespace is cut the same way (an answer may then begin with it).
+fn end_with_prefill(req: &UpstreamRequest, messages: &mut Vec<WireMessage>) {
     let sent = req
         .prefill
         .as_ref()
@@ -39,21 +136,30 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, Pr
         .filter(|p| !p.is_empty());
     if let Some(partial) = sent {
         push_merged(
-            &mut messages,
+            messages,
             "assistant",
             vec![Block::Text {
                 text: partial.to_string(),
             }],
         );
     }
-    // A client's own final assistant message (its prefill) ending in whitespace is refused by
-    // the API as well; the whitespace is cut the same way (an answer may then begin with it).
     if let Some(last) = messages.last_mut().filter(|m| m.role == "assistant") {
         trim_final_text(&mut last.content);
         if last.content.is_empty() {
             messages.pop();
         }
     }
+}
+
+/// Builds the typed body for `model`.
+pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, ProviderError> {
+    let chat = &req.chat;
+    let mut messages: Vec<WireMessage> = Vec::new();
+    for message in chat.messages.iter().filter(|m| m.role != Role::System) {
+        let (role, blocks) = wire_message(message)?;
+        push_merged(&mut messages, role, blocks);
+    }
+    end_with_prefill(req, &mut messages);
     let tools: Vec<WireTool> = chat
         .tools
         .iter()
@@ -76,7 +182,7 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, Pr
     Ok(MessagesBody {
         model: model.to_string(),
         max_tokens: chat.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-        system: (!system.is_empty()).then(|| system.join("\n\n")),
+        system: system_text(chat.messages.iter()),
         messages,
         tools,
         tool_choice,
@@ -135,6 +241,8 @@ fn wire_message(message: &Message) -> Result<(&'static str, Vec<Block>), Provide
             ContentPart::ImageUrl { url } => Some(Block::Image {
                 source: image_source(url),
             }),
+            // Only in a message of another wire, which no route of this one is given.
+            ContentPart::Opaque { .. } => None,
         })
         .collect();
     for call in &message.tool_calls {

@@ -14,22 +14,38 @@ use http::Request;
 use crate::provider::client::RequestBody;
 use crate::provider::http::Endpoint;
 use crate::provider::{DeltaStream, HttpClient, Provider, ProviderError, UpstreamRequest};
+use crate::types::{ModelRules, Wire};
 
 pub struct OpenAiProvider {
     /// Its base URL includes the version prefix, e.g. `https://api.openai.com/v1`.
     endpoint: Endpoint,
+    rules: ModelRules,
 }
 
 impl OpenAiProvider {
+    /// A route's adapter, with its model's rules (`ModelRules::for_model` unless the route's
+    /// config says otherwise).
     pub fn new(base_url: String, model: String, api_key: Option<String>, client: HttpClient) -> Self {
+        let rules = ModelRules::for_model(Wire::OpenAi, &model);
+        OpenAiProvider::with_rules(base_url, model, api_key, client, rules)
+    }
+
+    pub fn with_rules(
+        base_url: String,
+        model: String,
+        api_key: Option<String>,
+        client: HttpClient,
+        rules: ModelRules,
+    ) -> Self {
         OpenAiProvider {
             endpoint: Endpoint::new(base_url, model, api_key, client),
+            rules,
         }
     }
 
     /// One attempt's POST: the body in this wire format, its headers and the route's key.
     fn request(&self, req: &UpstreamRequest) -> Result<Request<RequestBody>, ProviderError> {
-        let body = request::build_body(req, &self.endpoint.model);
+        let body = request::body(req, &self.endpoint.model, &self.rules)?;
         let mut request = self.endpoint.post("/chat/completions", &req.request_id, &body)?;
         self.endpoint
             .with_key(&mut request, AUTHORIZATION, |key| format!("Bearer {key}"))?;

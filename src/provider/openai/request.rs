@@ -1,36 +1,143 @@
-//! `ChatRequest` -> OpenAI Chat Completions request body (always streaming, always with usage).
+//! `ChatRequest` -> OpenAI Chat Completions request body (always streaming, always with
+//! usage). A request that arrived on the OpenAI wire is passed through (`provider::
+//! passthrough`); any other is written from the typed view.
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
 
 use super::types::{
     ChatBody, ImageUrl, StreamOptions, WireContent, WireFunction, WireFunctionCall, WireMessage, WirePart, WireTool,
     WireToolCall,
 };
-use crate::provider::UpstreamRequest;
-use crate::types::{ContentPart, Message, PrefillConvention, ResponseFormat, Role, ToolChoice};
+use crate::provider::passthrough::{Piece, SameWire};
+use crate::provider::{ProviderError, UpstreamRequest};
+use crate::types::{
+    ContentPart, Message, ModelRules, PrefillConvention, ResponseFormat, Role, TokenParameter, ToolChoice, Verbatim,
+    Wire,
+};
 
-/// Builds the body for `model` (the route's upstream model id, not the client's name).
-pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
+/// The fields tailcut writes itself in a same-wire body; the client's own are not sent.
+const OWNED: &[&str] = &[
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+];
+
+/// vLLM's continuation flags, owned too when a continuation uses them.
+const VLLM_OWNED: &[&str] = &[
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "continue_final_message",
+    "add_generation_prompt",
+];
+
+/// The body one attempt sends.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(crate) enum Body<'a> {
+    Typed(Box<ChatBody>),
+    SameWire(SameWire<'a>),
+}
+
+/// The body for `model` (the route's upstream model id, not the client's name) under the
+/// route's `rules`.
+pub(crate) fn body<'a>(
+    req: &'a UpstreamRequest,
+    model: &'a str,
+    rules: &ModelRules,
+) -> Result<Body<'a>, ProviderError> {
+    match req.chat.verbatim.as_deref().filter(|v| v.wire == Wire::OpenAi) {
+        Some(verbatim) => same_wire(req, model, rules, verbatim).map(Body::SameWire),
+        None => Ok(Body::Typed(Box::new(build_body(req, model, rules)))),
+    }
+}
+
+/// A continuation ends with the partial answer as the final assistant message, marked by the
+/// route's convention; never with an instruction to continue (models start over). When the
+/// client's own request ended with an assistant message (its own prefill), the partial
+/// answer continues that one message: every prefill convention continues only the final
+/// message, and many chat templates refuse two assistant turns in a row. `true`: it replaces
+/// the request's final message.
+fn prefill_message(req: &UpstreamRequest) -> Option<(WireMessage, bool)> {
+    let prefill = req.prefill.as_ref()?;
+    let (mut last, replaces) = match req.chat.assistant_prefill() {
+        Some(own) => (text_message("assistant", own + prefill.sent()), true),
+        None => (text_message("assistant", prefill.sent().to_string()), false),
+    };
+    last.prefix = prefill.convention == PrefillConvention::Prefix;
+    Some((last, replaces))
+}
+
+fn is_vllm(req: &UpstreamRequest) -> bool {
+    req.prefill
+        .as_ref()
+        .is_some_and(|p| p.convention == PrefillConvention::Vllm)
+}
+
+/// The client's body with the owned fields rewritten: each message the client sent is sent
+/// as it was; a message tailcut added (a repair, a session's earlier answer) is written.
+fn same_wire<'a>(
+    req: &'a UpstreamRequest,
+    model: &'a str,
+    rules: &ModelRules,
+    verbatim: &'a Verbatim,
+) -> Result<SameWire<'a>, ProviderError> {
+    let chat = &req.chat;
+    let vllm = is_vllm(req);
+    let mut body = SameWire::new(verbatim, if vllm { VLLM_OWNED } else { OWNED }, rules);
+    let prefill = prefill_message(req);
+    let kept = match &prefill {
+        Some((_, true)) => chat.messages.len().saturating_sub(1),
+        _ => chat.messages.len(),
+    };
+    let mut messages = Vec::with_capacity(kept + 1);
+    for message in &chat.messages[..kept] {
+        messages.push(match message.json.as_ref().and_then(|j| j.in_wire(Wire::OpenAi)) {
+            Some(raw) => Piece::Sent(raw.raw()),
+            None => Piece::made(&wire_message(message))?,
+        });
+    }
+    if let Some((last, _)) = prefill {
+        messages.push(Piece::made(&last)?);
+    }
+    body.set("model", Piece::made(&model)?);
+    body.set("messages", Piece::Array(messages));
+    body.set("stream", Piece::made(&true)?);
+    // The client's other stream options stay; usage is always asked for (cost accounting).
+    let mut options: Map<String, Value> = verbatim
+        .field("stream_options")
+        .and_then(|raw| serde_json::from_str(raw.text()).ok())
+        .unwrap_or_default();
+    options.insert("include_usage".into(), Value::Bool(true));
+    body.set("stream_options", Piece::made(&options)?);
+    if let Some(max) = chat.max_tokens {
+        body.set(rules.token_parameter.field(), Piece::made(&max)?);
+    }
+    if vllm {
+        body.set("continue_final_message", Piece::made(&true)?);
+        body.set("add_generation_prompt", Piece::made(&false)?);
+    }
+    Ok(body)
+}
+
+/// Builds the typed body for `model`.
+pub fn build_body(req: &UpstreamRequest, model: &str, rules: &ModelRules) -> ChatBody {
     let chat = &req.chat;
     let mut messages: Vec<WireMessage> = chat.messages.iter().map(wire_message).collect();
-    // A continuation ends with the partial answer as the final assistant message, marked by
-    // the route's convention; never with an instruction to continue (models start over).
-    let convention = req.prefill.as_ref().map(|p| p.convention);
-    // When the client's own request ended with an assistant message (its own prefill), the
-    // partial answer continues that one message: every prefill convention continues only the
-    // final message, and many chat templates refuse two assistant turns in a row.
-    if let Some(prefill) = &req.prefill {
-        let mut last = match chat.assistant_prefill() {
-            Some(own) => {
-                messages.pop();
-                text_message("assistant", own + prefill.sent())
-            }
-            None => text_message("assistant", prefill.sent().to_string()),
-        };
-        last.prefix = prefill.convention == PrefillConvention::Prefix;
+    if let Some((last, replaces)) = prefill_message(req) {
+        if replaces {
+            messages.pop();
+        }
         messages.push(last);
     }
-    let vllm = (convention == Some(PrefillConvention::Vllm)).then_some(());
+    let vllm = is_vllm(req).then_some(());
     let tools: Vec<WireTool> = chat
         .tools
         .iter()
@@ -46,19 +153,20 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
     // OpenAI rejects `tool_choice` without `tools`.
     let tool_choice = chat.tool_choice.as_ref().filter(|_| !tools.is_empty()).map(tool_choice);
     let sampling = &chat.sampling;
-    let token = token_parameter(model);
+    let token = rules.token_parameter;
+    let keep = |field: &str, value: Option<f64>| value.filter(|_| !rules.drops(field));
     ChatBody {
         model: model.to_string(),
         messages,
         tools,
         tool_choice,
         response_format: chat.response_format.as_ref().map(response_format),
-        temperature: sampling.temperature,
-        top_p: sampling.top_p,
+        temperature: keep("temperature", sampling.temperature),
+        top_p: keep("top_p", sampling.top_p),
         stop: sampling.stop.clone(),
         seed: sampling.seed,
-        presence_penalty: sampling.presence_penalty,
-        frequency_penalty: sampling.frequency_penalty,
+        presence_penalty: keep("presence_penalty", sampling.presence_penalty),
+        frequency_penalty: keep("frequency_penalty", sampling.frequency_penalty),
         max_tokens: chat.max_tokens.filter(|_| token == TokenParameter::MaxTokens),
         max_completion_tokens: chat.max_tokens.filter(|_| token == TokenParameter::MaxCompletionTokens),
         reasoning_effort: chat.reasoning_effort.clone(),
@@ -67,36 +175,6 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> ChatBody {
         stream_options: StreamOptions { include_usage: true },
         continue_final_message: vllm.map(|()| true),
         add_generation_prompt: vllm.map(|()| false),
-    }
-}
-
-/// Which field carries the answer's token limit for a model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenParameter {
-    /// `max_tokens`: every OpenAI-compatible server, and OpenAI's non-reasoning models.
-    MaxTokens,
-    /// `max_completion_tokens`: OpenAI's reasoning models (the o-series, gpt-5), which
-    /// answer `max_tokens` with a 400 ("Unsupported parameter: 'max_tokens' is not supported
-    /// with this model. Use 'max_completion_tokens' instead."). The limit counts their
-    /// reasoning tokens too, as OpenAI documents.
-    MaxCompletionTokens,
-}
-
-/// The token parameter of an upstream model id, by family name: `o1`, `o3`, `o4` and
-/// `gpt-5` ids (dated or with a suffix: `o4-mini`, `gpt-5-2025-08-07`, `o3-pro`), with or
-/// without an `openai/` prefix as routers write it. Every other model takes `max_tokens`,
-/// which OpenAI's older models and every OpenAI-compatible server (vLLM, llama.cpp, Ollama)
-/// take.
-pub fn token_parameter(model: &str) -> TokenParameter {
-    let id = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
-    let family = |prefix: &str| {
-        id.strip_prefix(prefix)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '.']))
-    };
-    if ["o1", "o3", "o4", "gpt-5"].into_iter().any(family) {
-        TokenParameter::MaxCompletionTokens
-    } else {
-        TokenParameter::MaxTokens
     }
 }
 
@@ -137,11 +215,13 @@ fn wire_message(message: &Message) -> WireMessage {
         let parts = message
             .content
             .iter()
-            .map(|p| match p {
-                ContentPart::Text(text) => WirePart::Text { text: text.clone() },
-                ContentPart::ImageUrl { url } => WirePart::ImageUrl {
+            .filter_map(|p| match p {
+                ContentPart::Text(text) => Some(WirePart::Text { text: text.clone() }),
+                ContentPart::ImageUrl { url } => Some(WirePart::ImageUrl {
                     image_url: ImageUrl { url: url.clone() },
-                },
+                }),
+                // Only in a message of another wire, which no route of this one is given.
+                ContentPart::Opaque { .. } => None,
             })
             .collect();
         Some(WireContent::Parts(parts))
@@ -191,7 +271,7 @@ mod tests {
     use crate::types::{ChatRequest, Sampling, ToolCall, ToolSpec};
 
     fn body_json(req: &UpstreamRequest) -> Value {
-        serde_json::to_value(build_body(req, "gpt-4o-mini")).unwrap_or_default()
+        typed(req, "gpt-4o-mini")
     }
 
     fn conversation() -> ChatRequest {
@@ -353,43 +433,26 @@ mod tests {
         );
     }
 
+    fn typed(req: &UpstreamRequest, model: &str) -> Value {
+        serde_json::to_value(build_body(req, model, &ModelRules::for_model(Wire::OpenAi, model))).unwrap_or_default()
+    }
+
     #[test]
     fn reasoning_models_get_max_completion_tokens_and_the_reasoning_effort() {
-        for model in [
-            "o4-mini",
-            "o3",
-            "o1-2024-12-17",
-            "gpt-5",
-            "gpt-5-mini",
-            "gpt-5.1",
-            "openai/o3-pro",
-        ] {
-            assert_eq!(token_parameter(model), TokenParameter::MaxCompletionTokens, "{model}");
-        }
-        for model in [
-            "gpt-4o-mini",
-            "gpt-4.1",
-            "o1ne-local",
-            "llama-3.1-8b",
-            "gpt-50",
-            "qwen3-o3",
-        ] {
-            assert_eq!(token_parameter(model), TokenParameter::MaxTokens, "{model}");
-        }
         let chat = ChatRequest {
             max_tokens: Some(200),
             reasoning_effort: Some("low".into()),
             ..conversation()
         };
         let upstream = upstream(chat, None);
-        let body = serde_json::to_value(build_body(&upstream, "o4-mini")).unwrap_or_default();
+        let body = typed(&upstream, "o4-mini");
         assert_eq!(body["max_completion_tokens"], 200, "{body}");
         assert!(
             body.get("max_tokens").is_none(),
             "never max_tokens to a reasoning model: {body}"
         );
         assert_eq!(body["reasoning_effort"], "low", "{body}");
-        let body = serde_json::to_value(build_body(&upstream, "gpt-4o-mini")).unwrap_or_default();
+        let body = typed(&upstream, "gpt-4o-mini");
         assert_eq!(body["max_tokens"], 200, "{body}");
         assert!(body.get("max_completion_tokens").is_none(), "{body}");
     }

@@ -6,14 +6,17 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::transport::decode_error::{DecodeError, PathStyle};
-use crate::types::{ChatRequest, ContentPart, Message, Role, Sampling, ToolCall, ToolChoice, ToolSpec};
+use crate::transport::verbatim;
+use crate::types::{
+    ChatRequest, ContentPart, Message, MessageJson, RawJson, Role, Sampling, ToolCall, ToolChoice, ToolSpec, Wire,
+};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct RawRequest {
     model: Option<String>,
     max_tokens: Option<u32>,
-    system: Option<Value>,
+    system: Option<Box<RawValue>>,
     /// Each turn's JSON text, decoded by `turn` straight into its `RawMessage`.
     messages: Option<Vec<Box<RawValue>>>,
     tools: Option<Vec<Value>>,
@@ -75,7 +78,9 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
     }
     let mut messages = Vec::new();
     if let Some(system) = raw.system {
-        if let Some(prompt) = system_message(system)? {
+        let value: Value = DecodeError::decode_raw_at(&system, "system", PathStyle::Dotted)?;
+        if let Some(mut prompt) = system_message(value)? {
+            prompt.json = Some(MessageJson::Own(Wire::Anthropic, RawJson::new(system)));
             messages.push(prompt);
         }
     }
@@ -109,6 +114,7 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
         // Anthropic always reports usage.
         include_usage: true,
         metadata: raw.metadata.unwrap_or_default(),
+        verbatim: verbatim::from_body(Wire::Anthropic, body),
     })
 }
 
@@ -152,8 +158,19 @@ fn block_type(block: &Value) -> &str {
 /// turn must have content except a final assistant turn (an empty prefill), and a text
 /// block must hold text.
 fn turn(i: usize, value: Box<RawValue>, last: bool, out: &mut Vec<Message>) -> Result<(), DecodeError> {
+    let first = out.len();
+    turn_messages(i, &value, last, out)?;
+    // The turn's JSON goes with the first message it became; the others say they are part of it.
+    let mut json = Some(MessageJson::Own(Wire::Anthropic, RawJson::new(value)));
+    for message in &mut out[first..] {
+        message.json = Some(json.take().unwrap_or(MessageJson::SameTurn));
+    }
+    Ok(())
+}
+
+fn turn_messages(i: usize, value: &RawValue, last: bool, out: &mut Vec<Message>) -> Result<(), DecodeError> {
     let at = format!("messages.{i}");
-    let raw: RawMessage = DecodeError::decode_raw_at(&value, &at, PathStyle::Dotted)?;
+    let raw: RawMessage = DecodeError::decode_raw_at(value, &at, PathStyle::Dotted)?;
     let role = match raw.role.as_str() {
         "user" => Role::User,
         "assistant" => Role::Assistant,
@@ -209,8 +226,6 @@ fn turn(i: usize, value: Box<RawValue>, last: bool, out: &mut Vec<Message>) -> R
                 }
                 out.push(tool_result_block(block, &at)?);
             }
-            // Earlier reasoning cannot be replayed to another provider; it is dropped.
-            ("thinking" | "redacted_thinking", Role::Assistant) => {}
             (kind @ ("tool_use" | "tool_result"), _) => {
                 return Err(DecodeError::new(
                     at.clone(),
@@ -218,12 +233,13 @@ fn turn(i: usize, value: Box<RawValue>, last: bool, out: &mut Vec<Message>) -> R
                 ))
             }
             ("", _) => return Err(DecodeError::new(at.clone(), format!("{at}.type: field required"))),
-            (other, _) => {
-                return Err(DecodeError::new(
-                    at.clone(),
-                    format!("{at}: block type {other:?} is not supported"),
-                ))
-            }
+            // A `document`, `thinking`, `redacted_thinking`, `search_result` or newer block:
+            // an Anthropic-wire route receives it in the turn as sent (a thinking block with
+            // its signature); no other wire can carry it.
+            (other, _) => current.content.push(ContentPart::Opaque {
+                wire: Wire::Anthropic,
+                kind: other.to_string(),
+            }),
         }
     }
     if !current.content.is_empty() || !current.tool_calls.is_empty() {
@@ -239,6 +255,7 @@ fn empty(role: Role) -> Message {
         tool_calls: Vec::new(),
         tool_call_id: None,
         name: None,
+        json: None,
     }
 }
 
@@ -317,10 +334,11 @@ fn tool_result_block(block: Value, at: &str) -> Result<Message, DecodeError> {
                 match block_type(p) {
                     "text" => text_block(p, &at),
                     "image" => image_block(p, &at),
-                    other => Err(DecodeError::new(
-                        at.clone(),
-                        format!("{at}: block type {other:?} is not supported in a tool result"),
-                    )),
+                    "" => Err(DecodeError::new(at.clone(), format!("{at}.type: field required"))),
+                    other => Ok(ContentPart::Opaque {
+                        wire: Wire::Anthropic,
+                        kind: other.to_string(),
+                    }),
                 }
             })
             .collect::<Result<Vec<_>, _>>()?,
@@ -432,12 +450,21 @@ mod tests {
         v
     }
 
+    /// The typed view of the messages, without their own JSON.
+    fn typed(req: &ChatRequest) -> Vec<Message> {
+        let mut messages = req.messages.clone();
+        for m in &mut messages {
+            m.json = None;
+        }
+        messages
+    }
+
     #[test]
     fn minimal_request_decodes() {
         let req = decode(minimal()).expect("decodes");
         assert_eq!(req.model, "chat", "model");
         assert_eq!(req.max_tokens, Some(100), "max_tokens");
-        assert_eq!(req.messages, vec![Message::text(Role::User, "hi")], "one user turn");
+        assert_eq!(typed(&req), vec![Message::text(Role::User, "hi")], "one user turn");
         assert!(req.include_usage, "usage is always reported in this dialect");
     }
 
@@ -449,10 +476,10 @@ mod tests {
                 json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": empty.clone()}]),
             );
             let req = decode(v).unwrap_or_else(|e| panic!("an empty prefill {empty}: {}", e.message));
-            assert_eq!(req.messages[0], Message::text(Role::User, "hi"), "{empty}");
+            assert_eq!(typed(&req)[0], Message::text(Role::User, "hi"), "{empty}");
             let req = decode(with("system", empty.clone())).unwrap_or_else(|e| panic!("{empty}: {}", e.message));
             assert_eq!(
-                req.messages,
+                typed(&req),
                 vec![Message::text(Role::User, "hi")],
                 "an empty system prompt is none: {empty}"
             );
@@ -462,11 +489,7 @@ mod tests {
     #[test]
     fn system_string_and_blocks_become_a_system_message() {
         let req = decode(with("system", json!("be brief"))).expect("decodes");
-        assert_eq!(
-            req.messages[0],
-            Message::text(Role::System, "be brief"),
-            "string system"
-        );
+        assert_eq!(typed(&req)[0], Message::text(Role::System, "be brief"), "string system");
         let req = decode(with("system", json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}])))
             .expect("decodes");
         assert_eq!(req.messages[0].joined_text(), "ab", "system blocks joined in order");
@@ -602,7 +625,7 @@ mod tests {
                 "messages.0.role",
             ),
             (
-                with("messages", json!([{"role": "user", "content": [{"type": "document"}]}])),
+                with("messages", json!([{"role": "user", "content": [{"text": "x"}]}])),
                 "messages.0.content.0",
             ),
             (

@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 use crate::transport::decode_error::{DecodeError, PathStyle};
 
 mod tools;
-use crate::types::{ChatRequest, ContentPart, Message, Role, Sampling, ToolCall};
+use crate::transport::verbatim;
+use crate::types::{ChatRequest, ContentPart, Message, MessageJson, RawJson, Role, Sampling, ToolCall, Wire};
 use tools::{response_format, tool, tool_choice};
 
 #[derive(Debug, Default, Deserialize)]
@@ -77,17 +78,21 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
         let again = &mut serde_json::Deserializer::from_slice(body);
         DecodeError::from_json_in::<RawRequest, _>(e, again, PathStyle::Brackets)
     })?;
-    from_raw(raw)
+    let mut req = from_raw(raw)?;
+    req.verbatim = verbatim::from_body(Wire::OpenAi, body);
+    Ok(req)
 }
 
 /// Decodes a request that arrived inside another JSON message (WebSocket, query string).
 pub fn decode_value(value: Value) -> Result<ChatRequest, DecodeError> {
-    if !value.is_object() {
+    let Value::Object(object) = &value else {
         return Err(DecodeError::body("the request must be a JSON object"));
-    }
+    };
     let raw = RawRequest::deserialize(&value)
         .map_err(|e| DecodeError::from_json_in::<RawRequest, _>(e, &value, PathStyle::Brackets))?;
-    from_raw(raw)
+    let mut req = from_raw(raw)?;
+    req.verbatim = verbatim::from_value(Wire::OpenAi, object);
+    Ok(req)
 }
 
 fn from_raw(raw: RawRequest) -> Result<ChatRequest, DecodeError> {
@@ -155,6 +160,7 @@ fn from_raw(raw: RawRequest) -> Result<ChatRequest, DecodeError> {
         stream: raw.stream.unwrap_or(false),
         include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
         metadata: raw.metadata.unwrap_or_default(),
+        verbatim: None,
     })
 }
 
@@ -224,6 +230,7 @@ fn message(i: usize, value: Box<RawValue>) -> Result<Message, DecodeError> {
         tool_calls,
         tool_call_id,
         name: raw.name,
+        json: Some(MessageJson::Own(Wire::OpenAi, RawJson::new(value))),
     })
 }
 
@@ -289,10 +296,11 @@ fn content_part(part: Value, at: &str) -> Result<ContentPart, DecodeError> {
                 .ok_or_else(|| DecodeError::new(at, format!("{at} has type \"image_url\" but no image_url.url")))
         }
         "" => Err(DecodeError::new(at, format!("{at} has no 'type'"))),
-        other => Err(DecodeError::new(
-            at,
-            format!("{at}: content part type {other:?} is not supported"),
-        )),
+        // A `file`, `input_audio` or newer part: an OpenAI-wire route receives it as sent.
+        other => Ok(ContentPart::Opaque {
+            wire: Wire::OpenAi,
+            kind: other.to_string(),
+        }),
     }
 }
 
@@ -340,11 +348,20 @@ mod tests {
         }
     }
 
+    /// The typed view of the messages, without their own JSON.
+    fn typed(req: &ChatRequest) -> Vec<Message> {
+        let mut messages = req.messages.clone();
+        for m in &mut messages {
+            m.json = None;
+        }
+        messages
+    }
+
     #[test]
     fn minimal_request_decodes_with_defaults() {
         let req = decode(minimal()).expect("minimal request decodes");
         assert_eq!(req.model, "chat", "model");
-        assert_eq!(req.messages, vec![Message::text(Role::User, "hi")], "one user message");
+        assert_eq!(typed(&req), vec![Message::text(Role::User, "hi")], "one user message");
         assert!(!req.stream, "stream defaults to false");
         assert!(!req.include_usage, "usage defaults to off");
         assert_eq!(req.max_tokens, None, "no max tokens");
@@ -393,21 +410,26 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_content_part_is_rejected_with_its_path() {
-        let v = with(
-            "messages",
-            json!([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]),
+    fn a_part_of_a_type_tailcut_does_not_read_is_kept_as_sent() {
+        let part = json!({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}});
+        let req = decode(with("messages", json!([{"role": "user", "content": [part.clone()]}]))).expect("decodes");
+        assert_eq!(
+            req.messages[0].content,
+            [ContentPart::Opaque {
+                wire: Wire::OpenAi,
+                kind: "input_audio".into()
+            }]
         );
-        let e = err_of(v);
+        let raw = req.messages[0].json.as_ref().and_then(|j| j.in_wire(Wire::OpenAi));
+        let sent: Value = raw
+            .and_then(|r| serde_json::from_str(r.text()).ok())
+            .unwrap_or_default();
+        assert_eq!(sent["content"][0], part, "the message's own JSON keeps the part");
+        let e = err_of(with("messages", json!([{"role": "user", "content": [{"text": "x"}]}])));
         assert_eq!(
             e.param.as_deref(),
             Some("messages[0].content[0]"),
-            "param points at the part"
-        );
-        assert!(
-            e.message.contains("input_audio"),
-            "message names the type: {}",
-            e.message
+            "a part without a type"
         );
     }
 

@@ -199,6 +199,7 @@ fn size(m: &Message) -> usize {
         .map(|p| match p {
             ContentPart::Text(t) => t.len(),
             ContentPart::ImageUrl { url } => url.len(),
+            ContentPart::Opaque { kind, .. } => kind.len(),
         })
         .sum();
     let calls: usize = m
