@@ -50,10 +50,49 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// An answer's token counts. `input_tokens` counts every prompt token, those read from or
+/// written to the provider's prompt cache included (OpenAI's `prompt_tokens`; an Anthropic
+/// route's `input_tokens` + `cache_creation_input_tokens` + `cache_read_input_tokens`). The
+/// details are what the route reported, `None` when it said nothing of them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u32,
     pub output_tokens: u32,
+    /// Prompt tokens read from the prompt cache (OpenAI `prompt_tokens_details.cached_tokens`,
+    /// Anthropic `cache_read_input_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_tokens: Option<u32>,
+    /// Prompt tokens written to the prompt cache (Anthropic `cache_creation_input_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_tokens: Option<u32>,
+    /// Output tokens spent reasoning (OpenAI `completion_tokens_details.reasoning_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u32>,
+}
+
+impl Usage {
+    pub fn new(input_tokens: u32, output_tokens: u32) -> Self {
+        Usage {
+            input_tokens,
+            output_tokens,
+            ..Usage::default()
+        }
+    }
+
+    /// Two attempts' usage together (each detail summed where either reported it).
+    pub fn plus(self, other: Usage) -> Usage {
+        let add = |a: Option<u32>, b: Option<u32>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        Usage {
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+            cache_read_tokens: add(self.cache_read_tokens, other.cache_read_tokens),
+            cache_write_tokens: add(self.cache_write_tokens, other.cache_write_tokens),
+            reasoning_tokens: add(self.reasoning_tokens, other.reasoning_tokens),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

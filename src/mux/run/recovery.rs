@@ -111,8 +111,8 @@ impl Run {
                     // The client holds all the tokens it asked for: the answer ends at its
                     // limit, with no attempt that could only be asked for nothing.
                     self.usage = cut_usage.map(|u| Usage {
-                        input_tokens: u.input_tokens,
                         output_tokens: self.carried,
+                        ..u
                     });
                     return Recovery::Done(FinishReason::Length);
                 }

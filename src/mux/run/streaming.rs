@@ -204,6 +204,7 @@ impl Run {
         Usage {
             input_tokens: u.input_tokens.saturating_sub(self.carried),
             output_tokens: u.output_tokens.saturating_add(self.carried),
+            ..u
         }
     }
 

@@ -192,6 +192,8 @@ impl EventDecoder {
         ];
         if input_parts.iter().any(Option::is_some) {
             current.input_tokens = input_parts.iter().flatten().sum();
+            current.cache_write_tokens = usage.cache_creation_input_tokens;
+            current.cache_read_tokens = usage.cache_read_input_tokens;
         }
         if let Some(output) = usage.output_tokens {
             current.output_tokens = output;

@@ -173,6 +173,9 @@ fn neutral_usage(usage: &WireUsage) -> Usage {
     Usage {
         input_tokens: usage.prompt_tokens,
         output_tokens: usage.completion_tokens,
+        cache_read_tokens: usage.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens),
+        cache_write_tokens: None,
+        reasoning_tokens: usage.completion_tokens_details.as_ref().and_then(|d| d.reasoning_tokens),
     }
 }
 

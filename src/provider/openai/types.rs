@@ -184,6 +184,22 @@ pub struct WireUsage {
     pub prompt_tokens: u32,
     #[serde(default)]
     pub completion_tokens: u32,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    pub completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PromptDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CompletionDetails {
+    #[serde(default)]
+    pub reasoning_tokens: Option<u32>,
 }
 
 #[cfg(test)]

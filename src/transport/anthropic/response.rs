@@ -84,17 +84,25 @@ pub fn error_frame(reply: &ErrorReply) -> Bytes {
     event_frame("error", &error_body(reply))
 }
 
+/// Anthropic's usage: `input_tokens` counts only the prompt tokens outside the cache.
 #[derive(Serialize, Clone, Copy, Default)]
 struct WireUsage {
     input_tokens: u32,
     output_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_creation_input_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_read_input_tokens: Option<u32>,
 }
 
 impl From<Usage> for WireUsage {
     fn from(u: Usage) -> Self {
+        let cached = u.cache_read_tokens.unwrap_or(0).saturating_add(u.cache_write_tokens.unwrap_or(0));
         WireUsage {
-            input_tokens: u.input_tokens,
+            input_tokens: u.input_tokens.saturating_sub(cached),
             output_tokens: u.output_tokens,
+            cache_creation_input_tokens: u.cache_write_tokens,
+            cache_read_input_tokens: u.cache_read_tokens,
         }
     }
 }
@@ -139,7 +147,32 @@ struct StopDelta {
 #[derive(Serialize)]
 struct DeltaUsage {
     output_tokens: u32,
+    #[serde(flatten)]
+    input: InputUsage,
+}
+
+/// The input side of `WireUsage`, as `message_delta` repeats it.
+#[derive(Serialize)]
+struct InputUsage {
     input_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_creation_input_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_read_input_tokens: Option<u32>,
+}
+
+impl From<Usage> for DeltaUsage {
+    fn from(u: Usage) -> Self {
+        let wire = WireUsage::from(u);
+        DeltaUsage {
+            output_tokens: wire.output_tokens,
+            input: InputUsage {
+                input_tokens: wire.input_tokens,
+                cache_creation_input_tokens: wire.cache_creation_input_tokens,
+                cache_read_input_tokens: wire.cache_read_input_tokens,
+            },
+        }
+    }
 }
 
 /// The events after `message_start`, each named on its `event:` line and in `type`.
@@ -310,10 +343,7 @@ impl EventEncoder {
                     stop_reason: stop_reason(reason),
                     stop_sequence: None,
                 },
-                usage: DeltaUsage {
-                    output_tokens: usage.output_tokens,
-                    input_tokens: usage.input_tokens,
-                },
+                usage: DeltaUsage::from(usage),
                 tailcut: envelope,
             }
             .frame(&mut self.frames),

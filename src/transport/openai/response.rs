@@ -93,14 +93,34 @@ struct OpenAiUsage {
     prompt_tokens: u32,
     completion_tokens: u32,
     total_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_tokens_details: Option<PromptDetails>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct PromptDetails {
+    cached_tokens: u32,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct CompletionDetails {
+    reasoning_tokens: u32,
 }
 
 impl From<Usage> for OpenAiUsage {
+    /// Tokens written to an Anthropic route's cache are prompt tokens; OpenAI's usage has no
+    /// field of its own for them.
     fn from(u: Usage) -> Self {
         OpenAiUsage {
             prompt_tokens: u.input_tokens,
             completion_tokens: u.output_tokens,
             total_tokens: u.input_tokens.saturating_add(u.output_tokens),
+            prompt_tokens_details: u.cache_read_tokens.map(|cached_tokens| PromptDetails { cached_tokens }),
+            completion_tokens_details: u
+                .reasoning_tokens
+                .map(|reasoning_tokens| CompletionDetails { reasoning_tokens }),
         }
     }
 }
