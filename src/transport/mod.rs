@@ -13,7 +13,8 @@
 //! bounded by the replay buffer, `detached_cancel_ms` and the stream slot it holds.
 //!
 //! Layout:
-//! - `openai`: `POST /v1/chat/completions`, `GET /v1/models` (request decoding, chunks).
+//! - `openai`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /v1/models/{id}`
+//!   (request decoding, chunks).
 //! - `anthropic`: `POST /v1/messages` (request decoding, named events).
 //! - `ws`: `GET /v1/ws`, many requests multiplexed per socket (docs/ws-protocol.md).
 //! - `native_sse`: `POST|GET /v1/stream`, the native events over SSE for browsers.
@@ -65,6 +66,8 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::list_models))
+        // Model names are config keys and may hold `/` (`meta/llama-3`): the rest of the path.
+        .route("/v1/models/{*id}", get(openai::get_model))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/ws", any(ws::upgrade))
         .route("/v1/stream", post(native_sse::post_stream).get(native_sse::get_stream))
