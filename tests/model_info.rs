@@ -1,6 +1,7 @@
 //! What tailcut says about a model without running it, end to end over loopback:
 //! `GET /v1/models/{id}` (a model name may hold `/`; a model the key may not use is the same
-//! 404 as one that does not exist).
+//! 404 as one that does not exist) and `POST /v1/messages/count_tokens` (tailcut's estimate,
+//! labelled so, refused as `/v1/messages` refuses, and never sent to an upstream).
 
 mod support;
 
@@ -95,4 +96,82 @@ async fn a_model_the_key_may_not_use_is_the_same_404_as_one_that_does_not_exist(
     let (status, json) = get(&server, "/v1/models/chat", &[]).await;
     assert_eq!(status, 401, "no key: {json}");
     assert_eq!(json["error"]["code"], "missing_api_key", "{json}");
+}
+
+/// A POST of `body` to `/v1/messages/count_tokens`: status, headers, JSON body.
+async fn count(
+    server: &tailcut::server::Running,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut req = client().post(server.url("/v1/messages/count_tokens")).json(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.expect("request sent");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.unwrap_or_default();
+    (
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn count_body(model: &str, text: &str) -> Value {
+    json!({"model": model, "system": "be brief", "messages": [{"role": "user", "content": text}]})
+}
+
+#[tokio::test]
+async fn count_tokens_answers_an_estimate_labelled_so_and_asks_no_upstream() {
+    let server = start(&config(false)).await;
+    let (status, headers, short) = count(&server, &count_body("chat", "hi"), &[]).await;
+    assert_eq!(status, 200, "no max_tokens needed: {short}");
+    assert_eq!(
+        headers.get("x-tailcut-estimate").map(|v| v.as_bytes()),
+        Some(&b"true"[..]),
+        "labelled an estimate"
+    );
+    assert!(headers.get("request-id").is_some(), "the Anthropic SDKs' request id");
+    let short = short["input_tokens"].as_u64().expect("input_tokens is a number");
+    let (_, _, long) = count(&server, &count_body("chat", &"word ".repeat(1_000)), &[]).await;
+    let long = long["input_tokens"].as_u64().expect("input_tokens is a number");
+    assert!(
+        short > 0 && long > short + 1_000,
+        "grows with the prompt: {short} then {long}"
+    );
+    let log = server.sim.as_ref().map(|s| s.log()).unwrap_or_default();
+    assert!(log.is_empty(), "nothing reached an upstream: {} requests", log.len());
+}
+
+#[tokio::test]
+async fn count_tokens_refuses_in_anthropics_format_as_messages_does() {
+    let server = start(&config(false)).await;
+    let (status, _, json) = count(&server, &count_body("gpt-9", "hi"), &[]).await;
+    assert_eq!(status, 404, "an unknown model: {json}");
+    assert_eq!(
+        (&json["type"], &json["error"]["type"]),
+        (&json!("error"), &json!("not_found_error")),
+        "{json}"
+    );
+    let bad = json!({"model": "chat", "messages": [{"role": "user", "content": 5}]});
+    let (status, _, json) = count(&server, &bad, &[]).await;
+    assert_eq!(status, 400, "bad content: {json}");
+    assert_eq!(json["error"]["type"], "invalid_request_error", "{json}");
+    let message = json["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("messages.0.content"), "names the field: {json}");
+
+    let server = start(&config(true)).await;
+    let (status, _, json) = count(&server, &count_body("chat", "hi"), &[]).await;
+    assert_eq!(status, 401, "no key: {json}");
+    assert_eq!(json["error"]["type"], "authentication_error", "{json}");
+    let (status, _, json) = count(&server, &count_body("chat", "hi"), &[("x-api-key", KEY)]).await;
+    assert_eq!(status, 200, "the key's model: {json}");
+    let (status, _, json) = count(&server, &count_body("meta/llama-3", "hi"), &[("x-api-key", KEY)]).await;
+    assert_eq!(
+        status, 403,
+        "a model off the key's list, as /v1/messages refuses it: {json}"
+    );
+    assert_eq!(json["error"]["type"], "permission_error", "{json}");
 }

@@ -15,7 +15,8 @@
 //! Layout:
 //! - `openai`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /v1/models/{id}`
 //!   (request decoding, chunks).
-//! - `anthropic`: `POST /v1/messages` (request decoding, named events).
+//! - `anthropic`: `POST /v1/messages` (request decoding, named events), and
+//!   `POST /v1/messages/count_tokens` (tailcut's own estimate; no upstream is asked).
 //! - `ws`: `GET /v1/ws`, many requests multiplexed per socket (docs/ws-protocol.md).
 //! - `native_sse`: `POST|GET /v1/stream`, the native events over SSE for browsers.
 //! - `native`: the native messages shared by `ws` and `native_sse`.
@@ -69,6 +70,7 @@ pub fn routes() -> Router<AppState> {
         // Model names are config keys and may hold `/` (`meta/llama-3`): the rest of the path.
         .route("/v1/models/{*id}", get(openai::get_model))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/ws", any(ws::upgrade))
         .route("/v1/stream", post(native_sse::post_stream).get(native_sse::get_stream))
         .route("/v1/tokens", post(auth::mint))
