@@ -29,6 +29,7 @@
 //! - `drain`: the shutdown signal (begun, cut) and the in-band `draining` error.
 //! - `body`: what a chat body must be before decoding (JSON, within the cost limits).
 //! - `tool_cost`: what a decoded request's tool schemas may cost to compile.
+//! - `ranges`: sampling parameters checked against the ranges the real APIs accept.
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
 //! - `error`: errors as clients see them, rendered by each dialect.
@@ -50,6 +51,7 @@ pub mod native_sse;
 pub mod openai;
 pub mod ops;
 pub mod pump;
+pub mod ranges;
 pub mod replay;
 pub mod sse_out;
 mod state;
