@@ -1,7 +1,8 @@
 //! Strict request validation, end to end over loopback: every bad `x-tailcut-*` header is
 //! refused (HTTP and the WebSocket upgrade alike), a message without `content` is a 400
-//! naming its key path, and the request cost bounds (`[server] max_messages`,
-//! `max_decoded_bytes`) refuse bodies that would decode into far more than they weigh.
+//! naming its key path, the request cost bounds (`[server] max_messages`,
+//! `max_decoded_bytes`) refuse bodies that would decode into far more than they weigh, and
+//! sampling parameters are held to the ranges each real API accepts.
 
 mod support;
 
@@ -167,4 +168,44 @@ async fn a_body_that_decodes_past_the_limit_is_a_400_naming_it() {
     );
     let (status, json) = post(&server, "/v1/chat/completions", &chat_body(false), &[]).await;
     assert_eq!(status, 200, "an ordinary request passes: {json}");
+}
+
+#[tokio::test]
+async fn a_temperature_out_of_the_dialects_range_is_a_400_naming_it() {
+    let server = start(&quick("")).await;
+    let mut body = chat_body(false);
+    body["temperature"] = json!(5);
+    let (status, json) = post(&server, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(status, 400, "5 is over OpenAI's 2: {json}");
+    assert_eq!(
+        (&json["error"]["param"], &json["error"]["code"]),
+        (&json!("temperature"), &json!("decimal_above_max_value")),
+        "{json}"
+    );
+    assert_eq!(
+        message_text(&json),
+        "Invalid 'temperature': decimal above maximum value. Expected a value <= 2, but got 5 instead.",
+        "OpenAI's own words"
+    );
+
+    let anthropic = |t: Value| json!({"model": "chat", "max_tokens": 8, "temperature": t, "messages": [{"role": "user", "content": "hi"}]});
+    body["temperature"] = json!(1.5);
+    let (status, json) = post(&server, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(status, 200, "1.5 is within OpenAI's range: {json}");
+    let (status, json) = post(&server, "/v1/messages", &anthropic(json!(1.5)), &[]).await;
+    assert_eq!(status, 400, "1.5 is over Anthropic's 1: {json}");
+    assert_eq!(
+        (&json["type"], &json["error"]["type"]),
+        (&json!("error"), &json!("invalid_request_error")),
+        "Anthropic's error body: {json}"
+    );
+    assert_eq!(message_text(&json), "temperature: range: 0..1", "Anthropic's own words");
+
+    body["temperature"] = json!(2);
+    let (status, json) = post(&server, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(status, 200, "OpenAI's maximum itself passes: {json}");
+    let (status, json) = post(&server, "/v1/messages", &anthropic(json!(1)), &[]).await;
+    assert_eq!(status, 200, "Anthropic's maximum itself passes: {json}");
+    let log = server.sim.as_ref().map(|s| s.log()).unwrap_or_default();
+    assert_eq!(log.len(), 3, "only the requests within range reached the upstream");
 }

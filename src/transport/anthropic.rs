@@ -1,6 +1,8 @@
 //! The Anthropic dialect: `POST /v1/messages`, streamed as named SSE events or answered
-//! with one `message`, as the official Anthropic SDKs expect.
+//! with one `message`, as the official Anthropic SDKs expect; and
+//! `POST /v1/messages/count_tokens` (`count_tokens`).
 
+mod count_tokens;
 mod request;
 mod response;
 
@@ -12,6 +14,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
+pub use count_tokens::count_tokens;
 pub use request::decode_request;
 pub use response::{error_type, message_id, stop_reason, EventEncoder, PING_EVENT};
 

@@ -86,12 +86,13 @@ pub fn allowed_headers() -> impl Iterator<Item = &'static str> {
     SDK_HEADERS.into_iter().chain(crate::gateway::CONTROL_HEADERS)
 }
 
-/// Response headers an allowed page's scripts may read: who served, the request id (both
-/// SDKs' spellings), and the retry hints the SDKs honour.
-pub const EXPOSED_HEADERS: [&str; 7] = [
+/// Response headers an allowed page's scripts may read: who served, that a token count is an
+/// estimate, the request id (both SDKs' spellings), and the retry hints the SDKs honour.
+pub const EXPOSED_HEADERS: [&str; 8] = [
     "x-tailcut-route",
     "x-tailcut-level",
     "x-tailcut-hedged",
+    "x-tailcut-estimate",
     "x-request-id",
     "request-id",
     "retry-after",
@@ -101,7 +102,7 @@ pub const EXPOSED_HEADERS: [&str; 7] = [
 /// [`EXPOSED_HEADERS`] as one `Access-Control-Expose-Headers` value, comma-separated as
 /// tower-http writes it (the edge adds it itself to answers that skip CORS, `server::app`).
 pub const EXPOSED_HEADERS_VALUE: &str =
-    "x-tailcut-route,x-tailcut-level,x-tailcut-hedged,x-request-id,request-id,retry-after,retry-after-ms";
+    "x-tailcut-route,x-tailcut-level,x-tailcut-hedged,x-tailcut-estimate,x-request-id,request-id,retry-after,retry-after-ms";
 
 /// How long a browser may cache a preflight answer (Chrome caps it at 2 hours).
 const PREFLIGHT_MAX_AGE: Duration = Duration::from_secs(600);

@@ -13,8 +13,10 @@
 //! bounded by the replay buffer, `detached_cancel_ms` and the stream slot it holds.
 //!
 //! Layout:
-//! - `openai`: `POST /v1/chat/completions`, `GET /v1/models` (request decoding, chunks).
-//! - `anthropic`: `POST /v1/messages` (request decoding, named events).
+//! - `openai`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /v1/models/{id}`
+//!   (request decoding, chunks).
+//! - `anthropic`: `POST /v1/messages` (request decoding, named events), and
+//!   `POST /v1/messages/count_tokens` (tailcut's own estimate; no upstream is asked).
 //! - `ws`: `GET /v1/ws`, many requests multiplexed per socket (docs/ws-protocol.md).
 //! - `native_sse`: `POST|GET /v1/stream`, the native events over SSE for browsers.
 //! - `native`: the native messages shared by `ws` and `native_sse`.
@@ -27,6 +29,7 @@
 //! - `drain`: the shutdown signal (begun, cut) and the in-band `draining` error.
 //! - `body`: what a chat body must be before decoding (JSON, within the cost limits).
 //! - `tool_cost`: what a decoded request's tool schemas may cost to compile.
+//! - `ranges`: sampling parameters checked against the ranges the real APIs accept.
 //! - `events`: the commit point, and draining a stream for non-streaming replies.
 //! - `sse_out`: frames, keep-alive, commit headers, the streaming response.
 //! - `error`: errors as clients see them, rendered by each dialect.
@@ -48,6 +51,7 @@ pub mod native_sse;
 pub mod openai;
 pub mod ops;
 pub mod pump;
+pub mod ranges;
 pub mod replay;
 pub mod sse_out;
 mod state;
@@ -66,7 +70,10 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::list_models))
+        // Model names are config keys and may hold `/` (`meta/llama-3`): the rest of the path.
+        .route("/v1/models/{*id}", get(openai::get_model))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/ws", any(ws::upgrade))
         .route("/v1/stream", post(native_sse::post_stream).get(native_sse::get_stream))
         .route("/v1/tokens", post(auth::mint))

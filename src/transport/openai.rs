@@ -1,5 +1,5 @@
-//! The OpenAI dialect: `POST /v1/chat/completions` (SSE chunks or one JSON completion) and
-//! `GET /v1/models`, as the official openai SDKs expect them.
+//! The OpenAI dialect: `POST /v1/chat/completions` (SSE chunks or one JSON completion),
+//! `GET /v1/models` and `GET /v1/models/{id}`, as the official openai SDKs expect them.
 
 mod request;
 mod response;
@@ -7,7 +7,8 @@ mod response;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Serialize;
@@ -118,6 +119,44 @@ pub async fn list_models(State(state): State<AppState>, headers: HeaderMap) -> R
     }
 }
 
+/// `GET /v1/models/{id}` (the id may hold `/`: model names are config keys): the model as
+/// `list_models` lists it, if the caller may use it. A model the caller's key may not use is
+/// the same 404 as one that does not exist, so a key cannot learn what other keys may use.
+pub async fn get_model(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let request_id = RequestCtx::new(Dialect::OpenAi).request_id;
+    let caller = match state.access.caller(&headers, None) {
+        Ok(caller) => caller,
+        Err(refusal) => return error_response(&refusal.reply(), &request_id),
+    };
+    let Ok(Path(id)) = id else {
+        let reply = ErrorReply {
+            param: Some("model".to_string()),
+            ..ErrorReply::bad_request("the model id in the path is not UTF-8 once percent-decoded")
+        };
+        return error_response(&reply, &request_id);
+    };
+    if !state.config.models.contains_key(&id) || !caller.may_use(&id) {
+        return error_response(&model_not_found(&id), &request_id);
+    }
+    json_response(200, HeaderMap::new(), to_json(&model_entry(&id)))
+}
+
+/// OpenAI's 404 for a model that does not exist or that the caller may not use, in its words.
+fn model_not_found(id: &str) -> ErrorReply {
+    ErrorReply {
+        status: 404,
+        param: Some("model".to_string()),
+        code: Some("model_not_found"),
+        ..ErrorReply::bad_request(format!(
+            "The model '{id}' does not exist or you do not have access to it."
+        ))
+    }
+}
+
 #[derive(Serialize)]
 struct ModelList<'a> {
     object: &'static str,
@@ -136,16 +175,18 @@ struct ModelEntry<'a> {
 pub fn models_json(models: &[ModelInfo]) -> Vec<u8> {
     to_json(&ModelList {
         object: "list",
-        data: models
-            .iter()
-            .map(|m| ModelEntry {
-                id: &m.name,
-                object: "model",
-                created: 0,
-                owned_by: "tailcut",
-            })
-            .collect(),
+        data: models.iter().map(|m| model_entry(&m.name)).collect(),
     })
+}
+
+/// One model: `{"id","object":"model","created":0,"owned_by":"tailcut"}`.
+fn model_entry(id: &str) -> ModelEntry<'_> {
+    ModelEntry {
+        id,
+        object: "model",
+        created: 0,
+        owned_by: "tailcut",
+    }
 }
 
 fn unix_now() -> u64 {
@@ -308,6 +349,33 @@ mod tests {
             json,
             serde_json::json!({"object": "list", "data": [{"id": "chat", "object": "model", "created": 0, "owned_by": "tailcut"}]}),
             "model list"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_model_not_found_is_openais_own_404() {
+        let resp = error_response(&model_not_found("gpt-9"), "req_m");
+        assert_eq!(resp.status(), 404, "status");
+        let json: serde_json::Value = serde_json::from_str(&body_text(resp).await).expect("JSON");
+        assert_eq!(
+            json,
+            serde_json::json!({"error": {
+                "message": "The model 'gpt-9' does not exist or you do not have access to it.",
+                "type": "invalid_request_error",
+                "param": "model",
+                "code": "model_not_found"
+            }}),
+            "OpenAI's body for it"
+        );
+    }
+
+    #[test]
+    fn one_model_is_shaped_as_a_listed_one() {
+        let json: serde_json::Value = serde_json::from_slice(&to_json(&model_entry("meta/llama-3"))).expect("JSON");
+        assert_eq!(
+            json,
+            serde_json::json!({"id": "meta/llama-3", "object": "model", "created": 0, "owned_by": "tailcut"}),
+            "model"
         );
     }
 

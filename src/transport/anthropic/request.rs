@@ -95,7 +95,7 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, DecodeError> {
         .enumerate()
         .map(|(i, t)| tool(i, t))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ChatRequest {
+    crate::transport::ranges::anthropic(ChatRequest {
         model,
         messages,
         tool_choice: raw.tool_choice.map(|v| tool_choice(v, &tools)).transpose()?,

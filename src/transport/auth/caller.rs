@@ -64,6 +64,18 @@ impl Caller {
         })
     }
 
+    /// The model check of step 2 alone, for a request that runs no model
+    /// (`POST /v1/messages/count_tokens`): refused (403) as `admit` refuses it, logged and
+    /// counted once; no limit is taken.
+    pub fn check_model(&self, model: &str) -> Result<(), Refusal> {
+        if self.may_use(model) {
+            return Ok(());
+        }
+        let refusal = Refusal::Model(model.to_string());
+        refused(&refusal, self.key_name());
+        Err(refusal)
+    }
+
     /// Checks that a token has not expired since it was presented, and the tenant the context
     /// names (from `x-tailcut-tenant`) against the key's, then sets the key's tenant and name
     /// and caps the priority. Idempotent.

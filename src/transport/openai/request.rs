@@ -141,7 +141,7 @@ fn from_raw(raw: RawRequest) -> Result<ChatRequest, DecodeError> {
         .map(|(i, t)| tool(i, t))
         .collect::<Result<Vec<_>, _>>()?;
     let tool_choice = raw.tool_choice.map(|v| tool_choice(v, &tools)).transpose()?.flatten();
-    Ok(ChatRequest {
+    crate::transport::ranges::openai(ChatRequest {
         model,
         messages,
         tools,
