@@ -39,10 +39,7 @@ fn answer() -> Vec<StreamEvent> {
     let mut events: Vec<StreamEvent> = (0..TOKENS)
         .map(|i| StreamEvent::TextDelta(WORDS[i % WORDS.len()].to_string()))
         .collect();
-    events.push(StreamEvent::Usage(Usage {
-        input_tokens: 42,
-        output_tokens: TOKENS as u32,
-    }));
+    events.push(StreamEvent::Usage(Usage::new(42, TOKENS as u32)));
     events.push(StreamEvent::Finish {
         reason: FinishReason::Stop,
         envelope: Box::new(envelope()),

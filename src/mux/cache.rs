@@ -281,10 +281,7 @@ mod tests {
             text: text.into(),
             tool_calls: Vec::new(),
             finish: FinishReason::Stop,
-            usage: Some(Usage {
-                input_tokens: 3,
-                output_tokens: 5,
-            }),
+            usage: Some(Usage::new(3, 5)),
             served_by: "eu-a".into(),
         }
     }

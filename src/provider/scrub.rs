@@ -677,10 +677,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_usage_figure_between_two_pieces_of_a_key_releases_nothing() {
-        let usage = crate::types::Usage {
-            input_tokens: 3,
-            output_tokens: 2,
-        };
+        let usage = crate::types::Usage::new(3, 2);
         let got = run(vec![
             Delta::Text(format!("my key is {}", &KEY[..8])),
             Delta::Usage(usage),

@@ -165,9 +165,21 @@ pub fn text(s: &str) -> Result<Delta, ProviderError> {
 }
 
 pub fn usage(input: u32, output: u32) -> Result<Delta, ProviderError> {
+    Ok(Delta::Usage(Usage::new(input, output)))
+}
+
+/// A usage delta with the details a route reported.
+pub fn usage_with(
+    input: u32,
+    output: u32,
+    details: (Option<u32>, Option<u32>, Option<u32>),
+) -> Result<Delta, ProviderError> {
+    let (cache_read_tokens, cache_write_tokens, reasoning_tokens) = details;
     Ok(Delta::Usage(Usage {
-        input_tokens: input,
-        output_tokens: output,
+        cache_read_tokens,
+        cache_write_tokens,
+        reasoning_tokens,
+        ..Usage::new(input, output)
     }))
 }
 

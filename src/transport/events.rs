@@ -153,10 +153,7 @@ mod tests {
             StreamEvent::TextDelta("Hel".into()),
             StreamEvent::TextDelta("lo".into()),
             StreamEvent::ToolCall(Box::new(call.clone())),
-            StreamEvent::Usage(Usage {
-                input_tokens: 3,
-                output_tokens: 2,
-            }),
+            StreamEvent::Usage(Usage::new(3, 2)),
             finish(FinishReason::ToolCalls),
         ]);
         let answer = drain(Envelope::default(), s, usize::MAX).await;

@@ -392,10 +392,7 @@ mod tests {
                 json!({"type": "route_switch", "id": "c1", "from": "a", "to": "b"}),
             ),
             (
-                StreamEvent::Usage(Usage {
-                    input_tokens: 1,
-                    output_tokens: 2,
-                }),
+                StreamEvent::Usage(Usage::new(1, 2)),
                 json!({"type": "usage", "id": "c1", "usage": {"input_tokens": 1, "output_tokens": 2}}),
             ),
         ];

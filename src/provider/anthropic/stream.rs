@@ -245,7 +245,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::provider::testkit::{decode_chunks, error_class, text, usage, Out};
+    use crate::provider::testkit::{decode_chunks, error_class, text, usage, usage_with, Out};
 
     const TEXT: &str = include_str!("../../../tests/fixtures/anthropic/text.sse");
     const TEXT_DOCS: &str = include_str!("../../../tests/fixtures/anthropic/text_docs.sse");
@@ -289,7 +289,7 @@ mod tests {
             fragment(1, "is\"}"),
             Ok(Delta::ToolEnd { index: 1 }),
             Ok(Delta::Finish(FinishReason::ToolCalls)),
-            usage(377, 65),
+            usage_with(377, 65, (Some(0), Some(0), None)),
         ]
     }
 
@@ -405,7 +405,7 @@ mod tests {
             "T7: no content_block_stop for the tool"
         );
         assert_eq!(out[out.len() - 2], Ok(Delta::Finish(FinishReason::Length)));
-        assert_eq!(out[out.len() - 1], usage(450, 124));
+        assert_eq!(out[out.len() - 1], usage_with(450, 124, (Some(0), Some(0), None)));
     }
 
     #[tokio::test]

@@ -175,7 +175,10 @@ fn neutral_usage(usage: &WireUsage) -> Usage {
         output_tokens: usage.completion_tokens,
         cache_read_tokens: usage.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens),
         cache_write_tokens: None,
-        reasoning_tokens: usage.completion_tokens_details.as_ref().and_then(|d| d.reasoning_tokens),
+        reasoning_tokens: usage
+            .completion_tokens_details
+            .as_ref()
+            .and_then(|d| d.reasoning_tokens),
     }
 }
 
@@ -204,7 +207,7 @@ mod tests {
 
     use super::*;
     use crate::provider::drive;
-    use crate::provider::testkit::{decode_chunks, error_class, text, usage, Out};
+    use crate::provider::testkit::{decode_chunks, error_class, text, usage, usage_with, Out};
 
     const TEXT: &str = include_str!("../../../tests/fixtures/openai/text.sse");
     const TOOLS: &str = include_str!("../../../tests/fixtures/openai/tool_calls_parallel.sse");
@@ -239,7 +242,7 @@ mod tests {
                 text(" unable"),
                 text("."),
                 Ok(Delta::Finish(FinishReason::Stop)),
-                usage(14, 30)
+                usage_with(14, 30, (None, None, Some(0)))
             ],
             "role-only chunk with empty content is not a token (T12); usage after finish (T8)"
         );
@@ -265,7 +268,7 @@ mod tests {
         assert_eq!(args(0), r#"{"city": "Edinburgh", "country": "GB", "units": "c"}"#);
         assert_eq!(args(1), r#"{"ticker": "AAPL", "exchange": "NASDAQ"}"#);
         assert_eq!(out[out.len() - 2], Ok(Delta::Finish(FinishReason::ToolCalls)));
-        assert_eq!(out[out.len() - 1], usage(149, 60));
+        assert_eq!(out[out.len() - 1], usage_with(149, 60, (None, None, Some(0))));
     }
 
     #[tokio::test]
@@ -291,7 +294,11 @@ mod tests {
         let out = replay(LENGTH).await;
         assert_eq!(
             out,
-            vec![text("{\""), Ok(Delta::Finish(FinishReason::Length)), usage(79, 1)]
+            vec![
+                text("{\""),
+                Ok(Delta::Finish(FinishReason::Length)),
+                usage_with(79, 1, (None, None, Some(0)))
+            ]
         );
     }
 
@@ -311,7 +318,7 @@ mod tests {
         let out = replay(&without_done).await;
         assert_eq!(
             out.last(),
-            Some(&usage(14, 30)),
+            Some(&usage_with(14, 30, (None, None, Some(0)))),
             "no [DONE] is fine after finish_reason"
         );
         let only_finish = TEXT.split("data: {\"id\":\"chatcmpl-ABfw031mOJeYCSHe4yI2ZjOA6kMJL\",\"object\":\"chat.completion.chunk\",\"created\":1727346168,\"model\":\"gpt-4o-2024-08-06\",\"system_fingerprint\":\"fp_5050236cbd\",\"choices\":[],").next().unwrap_or("");

@@ -97,7 +97,10 @@ struct WireUsage {
 
 impl From<Usage> for WireUsage {
     fn from(u: Usage) -> Self {
-        let cached = u.cache_read_tokens.unwrap_or(0).saturating_add(u.cache_write_tokens.unwrap_or(0));
+        let cached = u
+            .cache_read_tokens
+            .unwrap_or(0)
+            .saturating_add(u.cache_write_tokens.unwrap_or(0));
         WireUsage {
             input_tokens: u.input_tokens.saturating_sub(cached),
             output_tokens: u.output_tokens,
@@ -481,10 +484,7 @@ mod tests {
                 StreamEvent::TextDelta("Hi".into()),
                 StreamEvent::TextDelta("!".into()),
                 StreamEvent::ToolCall(Box::new(call)),
-                StreamEvent::Usage(Usage {
-                    input_tokens: 10,
-                    output_tokens: 4,
-                }),
+                StreamEvent::Usage(Usage::new(10, 4)),
                 StreamEvent::Finish {
                     reason: FinishReason::ToolCalls,
                     envelope: Box::new(start()),
@@ -603,10 +603,7 @@ mod tests {
                 name: "f".into(),
                 arguments: r#"{"a":1}"#.into(),
             }],
-            usage: Some(Usage {
-                input_tokens: 3,
-                output_tokens: 5,
-            }),
+            usage: Some(Usage::new(3, 5)),
             finish: FinishReason::ToolCalls,
             envelope: start(),
         };

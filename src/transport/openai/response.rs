@@ -607,10 +607,7 @@ mod tests {
     fn finish_sends_reason_with_envelope_then_usage_then_done() {
         let env = Envelope { attempts: 2, ..start() };
         let env_json = serde_json::to_string(&env).expect("envelope serializes");
-        let usage = Usage {
-            input_tokens: 5,
-            output_tokens: 7,
-        };
+        let usage = Usage::new(5, 7);
         let (text, flow) = run(
             &mut encoder(true),
             vec![
@@ -635,10 +632,7 @@ mod tests {
         let (text, _) = run(
             &mut encoder(false),
             vec![
-                StreamEvent::Usage(Usage {
-                    input_tokens: 1,
-                    output_tokens: 1,
-                }),
+                StreamEvent::Usage(Usage::new(1, 1)),
                 StreamEvent::Finish {
                     reason: FinishReason::Length,
                     envelope: Box::new(start()),
@@ -763,10 +757,7 @@ mod tests {
                 name: "f".into(),
                 arguments: "{}".into(),
             }],
-            usage: Some(Usage {
-                input_tokens: 2,
-                output_tokens: 3,
-            }),
+            usage: Some(Usage::new(2, 3)),
             finish: FinishReason::ToolCalls,
             envelope: start(),
         };
