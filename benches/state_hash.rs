@@ -36,6 +36,7 @@ fn value_state_hash(req: &ChatRequest) -> String {
             match part {
                 ContentPart::Text(t) => turn.2.push_str(t),
                 ContentPart::ImageUrl { url } => turn.3.push(json!(url)),
+                ContentPart::Opaque { .. } => {}
             }
         }
         for call in &m.tool_calls {
