@@ -48,13 +48,14 @@ pub(crate) struct SameWire<'a> {
 }
 
 impl<'a> SameWire<'a> {
-    /// The client's fields except those in `owned` and those the route's model drops or
-    /// refuses (a request carrying a refused field is never routed here; `router::fidelity`).
+    /// The client's fields except those in `owned` and those the route's model drops. A
+    /// field it refuses is sent as the client wrote it: the route's own 400 then says so,
+    /// rather than an answer that silently lacks what was asked for.
     pub fn new(verbatim: &'a Verbatim, owned: &[&str], rules: &ModelRules) -> Self {
         let fields = verbatim
             .fields
             .iter()
-            .filter(|(k, _)| !owned.contains(&&**k) && !rules.drops(k) && !rules.refuses(k))
+            .filter(|(k, _)| !owned.contains(&&**k) && !rules.drops(k))
             .map(|(k, v)| (&**k, Piece::Sent(v.raw())))
             .collect();
         SameWire { fields }
