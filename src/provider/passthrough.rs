@@ -51,11 +51,11 @@ impl<'a> SameWire<'a> {
     /// The client's fields except those in `owned` and those the route's model drops. A
     /// field it refuses is sent as the client wrote it: the route's own 400 then says so,
     /// rather than an answer that silently lacks what was asked for.
-    pub fn new(verbatim: &'a Verbatim, owned: &[&str], rules: &ModelRules) -> Self {
+    pub fn new(verbatim: &'a Verbatim, owned: &[&[&str]], rules: &ModelRules) -> Self {
         let fields = verbatim
             .fields
             .iter()
-            .filter(|(k, _)| !owned.contains(&&**k) && !rules.drops(k))
+            .filter(|(k, _)| !owned.iter().any(|list| list.contains(&&**k)) && !rules.drops(k))
             .map(|(k, v)| (&**k, Piece::Sent(v.raw())))
             .collect();
         SameWire { fields }
@@ -99,7 +99,7 @@ mod tests {
             headers: Vec::new(),
         };
         let rules = ModelRules::for_model(Wire::OpenAi, "o4-mini");
-        let mut body = SameWire::new(&verbatim, &["model"], &rules);
+        let mut body = SameWire::new(&verbatim, &[&["model"]], &rules);
         body.set("model", Piece::made(&"o4-mini").unwrap_or_else(|e| panic!("{e}")));
         let text = serde_json::to_string(&body).unwrap_or_default();
         assert_eq!(

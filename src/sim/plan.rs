@@ -19,20 +19,7 @@ use super::schema;
 use super::timing::{self, Moment};
 
 /// Which wire format a request arrived in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wire {
-    OpenAi,
-    Anthropic,
-}
-
-impl Wire {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Wire::OpenAi => "openai",
-            Wire::Anthropic => "anthropic",
-        }
-    }
-}
+pub(crate) use crate::types::Wire;
 
 /// What kind of answer opens the stream (it decides the role chunk / first block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

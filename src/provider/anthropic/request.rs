@@ -56,23 +56,20 @@ fn same_wire<'a>(
     verbatim: &'a Verbatim,
 ) -> Result<SameWire<'a>, ProviderError> {
     let chat = &req.chat;
-    let mut body = SameWire::new(verbatim, OWNED, rules);
+    let mut body = SameWire::new(verbatim, &[OWNED], rules);
     let written_from = match chat.assistant_prefill() {
         Some(_) => chat.messages.len() - 1,
         None => chat.messages.len(),
     };
     let systems: Vec<&Message> = chat.messages.iter().filter(|m| m.role == Role::System).collect();
-    match systems.as_slice() {
-        [one] if one.json.as_ref().and_then(|j| j.in_wire(Wire::Anthropic)).is_some() => {
-            if let Some(raw) = one.json.as_ref().and_then(|j| j.in_wire(Wire::Anthropic)) {
-                body.set("system", Piece::Sent(raw.raw()));
-            }
-        }
-        _ => {
-            if let Some(system) = system_text(chat.messages.iter()) {
-                body.set("system", Piece::made(&system)?);
-            }
-        }
+    let own_system = match systems.as_slice() {
+        [one] => one.json.as_ref().and_then(|j| j.in_wire(Wire::Anthropic)),
+        _ => None,
+    };
+    if let Some(raw) = own_system {
+        body.set("system", Piece::Sent(raw.raw()));
+    } else if let Some(system) = system_text(chat.messages.iter()) {
+        body.set("system", Piece::made(&system)?);
     }
     let mut messages: Vec<Piece<'a>> = Vec::new();
     let mut written: Vec<WireMessage> = Vec::new();

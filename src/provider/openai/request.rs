@@ -27,16 +27,7 @@ const OWNED: &[&str] = &[
 ];
 
 /// vLLM's continuation flags, owned too when a continuation uses them.
-const VLLM_OWNED: &[&str] = &[
-    "model",
-    "messages",
-    "stream",
-    "stream_options",
-    "max_tokens",
-    "max_completion_tokens",
-    "continue_final_message",
-    "add_generation_prompt",
-];
+const VLLM_FLAGS: &[&str] = &["continue_final_message", "add_generation_prompt"];
 
 /// The body one attempt sends.
 #[derive(Serialize)]
@@ -91,7 +82,8 @@ fn same_wire<'a>(
 ) -> Result<SameWire<'a>, ProviderError> {
     let chat = &req.chat;
     let vllm = is_vllm(req);
-    let mut body = SameWire::new(verbatim, if vllm { VLLM_OWNED } else { OWNED }, rules);
+    let owned: &[&[&str]] = if vllm { &[OWNED, VLLM_FLAGS] } else { &[OWNED] };
+    let mut body = SameWire::new(verbatim, owned, rules);
     let prefill = prefill_message(req);
     let kept = match &prefill {
         Some((_, true)) => chat.messages.len().saturating_sub(1),
