@@ -144,7 +144,7 @@ async fn ask(gateway: &Gateway, route: String, item: &EvalItem) -> Outcome {
                     }
                     StreamEvent::Error(e) if e.class == ErrorClass::Refusal => answer.refused = true,
                     StreamEvent::Error(e) => answer.error = Some(e.message.clone()),
-                    StreamEvent::RouteSwitch { .. } => {}
+                    StreamEvent::RouteSwitch { .. } | StreamEvent::Thinking(_) | StreamEvent::Extra(_) => {}
                 }
             }
         }

@@ -12,12 +12,17 @@ use tokio::time::Instant;
 use super::tool_calls::{AssemblerError, Gates, Rejected, StructuredError, StructuredGate, ToolCallAssembler};
 use crate::health::RoutePermit;
 use crate::provider::{Delta, ProviderError, SharedProvider, UpstreamRequest};
-use crate::types::{ErrorClass, FinishReason, ToolCall, Usage};
+use crate::types::{ErrorClass, Extra, FinishReason, Thinking, ToolCall, Usage};
+
+/// The most bytes of extras an attempt holds between two hand-overs.
+const MAX_HELD_EXTRAS: usize = 4 << 20;
 
 /// What an attempt reports to the mux.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttemptEvent {
     Text(String),
+    /// The route's reasoning: a content token (it commits and wins a race), not answer text.
+    Thinking(Thinking),
     /// A held answer began: a tool call, or a structured answer held for validation. A first
     /// content token (commit point), nothing visible yet.
     ToolStarted,
@@ -39,7 +44,10 @@ impl AttemptEvent {
 
     /// Is this a first content token (text or the start of a tool call)?
     pub fn is_content(&self) -> bool {
-        matches!(self, AttemptEvent::Text(_) | AttemptEvent::ToolStarted)
+        matches!(
+            self,
+            AttemptEvent::Text(_) | AttemptEvent::Thinking(_) | AttemptEvent::ToolStarted
+        )
     }
 }
 
@@ -57,8 +65,13 @@ pub struct Attempt {
     pub model: Arc<str>,
     pub role: Role,
     pub started: Instant,
-    /// Content tokens seen (text deltas and tool calls).
+    /// Content tokens seen (text and thinking deltas, and tool calls).
     pub tokens: u32,
+    /// The answer's extras not yet handed on (`take_extras`), at most `MAX_HELD_EXTRAS`
+    /// bytes of them: those before the first content token wait for the commit, later ones
+    /// for the text they come before.
+    extras: Vec<Extra>,
+    extras_bytes: usize,
     pub permit: Option<RoutePermit>,
     /// What the answer said when it failed its quality gate.
     rejected: Option<Rejected>,
@@ -73,6 +86,7 @@ pub struct Attempt {
 /// failure is the route's.
 enum Emitted {
     Event(AttemptEvent),
+    Extra(Box<Extra>),
     Rejected {
         error: ProviderError,
         output: Rejected,
@@ -96,6 +110,8 @@ impl Attempt {
             role,
             started: Instant::now(),
             tokens: 0,
+            extras: Vec::new(),
+            extras_bytes: 0,
             permit,
             rejected: None,
             spares_route: false,
@@ -111,6 +127,8 @@ impl Attempt {
             role,
             started: Instant::now(),
             tokens: 0,
+            extras: Vec::new(),
+            extras_bytes: 0,
             permit: None,
             rejected: None,
             spares_route: false,
@@ -119,24 +137,53 @@ impl Attempt {
     }
 
     pub fn poll_event(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<AttemptEvent>> {
-        let poll = self.events.poll_next_unpin(cx);
-        poll.map(|item| match item? {
-            Emitted::Event(ev) => {
-                if matches!(ev, AttemptEvent::Text(_) | AttemptEvent::ToolCall(_)) {
-                    self.tokens += 1;
+        loop {
+            let Some(item) = std::task::ready!(self.events.poll_next_unpin(cx)) else {
+                return std::task::Poll::Ready(None);
+            };
+            return std::task::Poll::Ready(match item {
+                Emitted::Event(ev) => {
+                    if matches!(
+                        ev,
+                        AttemptEvent::Text(_) | AttemptEvent::Thinking(_) | AttemptEvent::ToolCall(_)
+                    ) {
+                        self.tokens += 1;
+                    }
+                    Some(ev)
                 }
-                Some(ev)
-            }
-            Emitted::Rejected {
-                error,
-                output,
-                blames_route,
-            } => {
-                self.rejected = Some(output);
-                self.spares_route = !blames_route;
-                Some(AttemptEvent::failed(error))
-            }
-        })
+                Emitted::Extra(extra) => {
+                    self.hold_extra(*extra);
+                    continue;
+                }
+                Emitted::Rejected {
+                    error,
+                    output,
+                    blames_route,
+                } => {
+                    self.rejected = Some(output);
+                    self.spares_route = !blames_route;
+                    Some(AttemptEvent::failed(error))
+                }
+            });
+        }
+    }
+
+    /// Keeps `extra` for `take_extras`; past `MAX_HELD_EXTRAS` bytes (an upstream that sends
+    /// extras and no text, or a structured answer held whole) the rest are dropped.
+    fn hold_extra(&mut self, extra: Extra) {
+        let bytes = self.extras_bytes.saturating_add(extra.len());
+        if bytes > MAX_HELD_EXTRAS {
+            tracing::debug!(route = %self.route, "answer extras past the held bound dropped");
+            return;
+        }
+        self.extras_bytes = bytes;
+        self.extras.push(extra);
+    }
+
+    /// The extras that came since the last call, in order.
+    pub fn take_extras(&mut self) -> Vec<Extra> {
+        self.extras_bytes = 0;
+        std::mem::take(&mut self.extras)
     }
 
     /// What the answer said when it failed its quality gate (its tool calls as assembled, or
@@ -258,6 +305,9 @@ fn events(
                     }
                 },
                 Ok(Delta::Usage(u)) => yield Emitted::Event(AttemptEvent::Usage(u)),
+                // Not held by either gate: reasoning is not the answer the gates judge.
+                Ok(Delta::Thinking(t)) => yield Emitted::Event(AttemptEvent::Thinking(t)),
+                Ok(Delta::Extra(extra)) => yield Emitted::Extra(extra),
                 Ok(Delta::Finish(reason)) if unparsed.is_some() => {
                     if let Some(e) = unparsed.take() {
                         yield rejected_calls(&cut_by(e, reason), max_tokens, &assembler);

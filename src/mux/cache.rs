@@ -219,7 +219,19 @@ fn normalise(req: &ChatRequest, h: &mut impl Hasher) {
         f.map(f64::to_bits).hash(h);
     }
     (&s.stop, s.seed, req.max_tokens).hash(h);
+    // The client's own fields reach a route of its wire as sent (`logprobs`, `thinking`,
+    // `reasoning_effort`, ...): each may shape the answer. Messages are hashed above, and
+    // how the answer is streamed shapes nothing.
+    if let Some(v) = &req.verbatim {
+        v.wire.hash(h);
+        for (name, value) in v.fields.iter().filter(|(name, _)| !UNSHAPING.contains(&&**name)) {
+            (&**name, value.text()).hash(h);
+        }
+    }
 }
+
+/// Top-level fields that do not shape an answer's content, or are hashed as typed.
+const UNSHAPING: [&str; 5] = ["messages", "system", "stream", "stream_options", "model"];
 
 /// Tool-call arguments as JSON when they parse (so key order and spacing do not matter).
 fn json_text(text: &str, h: &mut impl Hasher) {

@@ -17,6 +17,11 @@
 //!   diverges, the stream ends with an honest in-band error — never a doubled answer, never a
 //!   silent truncation. A continuation is invisible; a truncation is an in-band error.
 //!
+//! An answer that showed thinking is never continued: the continuation could not carry the
+//! signed thinking block on (Anthropic refuses a prefill while thinking is on), and its own
+//! reasoning would not be the answer's. It restarts, which a dialect that cannot reset can
+//! only end honestly: a new answer's reasoning cannot pass for the one already shown.
+//!
 //! How new text is joined to old (and how a continuation that starts over is caught) is the
 //! seam's business: see `seam`. A route refusing the prefill (a 400 to the continuation
 //! request) is not the client's fault: the type's fallback (restart) runs, on that same route
@@ -44,6 +49,7 @@ pub fn applicable(policy: MidStreamPolicy, rtype: ResponseType, transcript: &Tra
             matches!(rtype, ResponseType::Prose | ResponseType::Voice)
                 && !transcript.tool_open
                 && transcript.tool_calls == 0
+                && !transcript.thinking
                 && prefill_route
         }
     }

@@ -183,8 +183,8 @@ async fn first_sign(provider: SharedProvider, req: UpstreamRequest) -> Result<()
     let mut stream = provider.open(req).await?;
     while let Some(item) = stream.next().await {
         match item? {
-            Delta::Text(_) | Delta::ToolFragment(_) | Delta::Finish(_) => return Ok(()),
-            Delta::ToolEnd { .. } | Delta::Usage(_) => {}
+            Delta::Text(_) | Delta::Thinking(_) | Delta::ToolFragment(_) | Delta::Finish(_) => return Ok(()),
+            Delta::ToolEnd { .. } | Delta::Usage(_) | Delta::Extra(_) => {}
         }
     }
     Err(ProviderError::new(

@@ -1,5 +1,5 @@
-//! What the client has been sent so far: the text, the tool calls, and whether anything
-//! visible left at all (which decides whether a restart can be seamless).
+//! What the client has been sent so far: the text, the tool calls, whether it saw thinking,
+//! and whether anything visible left at all (which decides whether a restart can be seamless).
 
 /// Text kept for seams (swallow, continue); an answer longer than this can only be
 /// truncated if it fails, so memory per stream stays bounded, and once past it the text is
@@ -14,6 +14,11 @@ pub struct Transcript {
     pub tool_calls: usize,
     /// A tool call has started upstream and not completed: continuing is impossible.
     pub tool_open: bool,
+    /// The client was shown the route's reasoning: a new answer cannot pass for this one, and
+    /// no continuation can carry its (signed) thinking on.
+    pub thinking: bool,
+    /// The client was handed extras of the route's answer (`types::Extra`).
+    pub extras: bool,
 }
 
 impl Transcript {
@@ -31,7 +36,7 @@ impl Transcript {
 
     /// Did the client receive anything it would have to unsee?
     pub fn visible(&self) -> bool {
-        !self.text.is_empty() || self.tool_calls > 0 || self.overflowed
+        !self.text.is_empty() || self.tool_calls > 0 || self.overflowed || self.thinking
     }
 
     pub fn clear(&mut self) {

@@ -60,6 +60,11 @@ use sse::{SseError, SseEvent, SseLimits};
 pub enum Delta {
     /// Non-empty answer text (role-only and empty deltas are never emitted, T12).
     Text(String),
+    /// The route's reasoning (never empty text).
+    Thinking(crate::types::Thinking),
+    /// A field of the answer tailcut carries without reading, said before the text it
+    /// belongs to. Boxed, as `ToolFragment` is.
+    Extra(Box<crate::types::Extra>),
     /// A fragment of a tool call. `id`/`name` arrive only on a call's first fragment (T1);
     /// `index` is the only key that identifies the call (T3). Boxed: it is three times the
     /// size of the other variants, and every text delta would carry its size.

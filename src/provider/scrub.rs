@@ -42,6 +42,7 @@ use super::error::{
     registered_spans, replace_spans, rest_of_registered, FRAGMENT_CHARS, REDACTED,
 };
 use super::{Delta, DeltaStream, ProviderError, ToolFragment};
+use crate::types::Thinking;
 
 /// The shortest end of a piece held back as the possible start of a key.
 const HOLD_MIN: usize = 4;
@@ -82,6 +83,8 @@ const CONTEXT_BYTES: usize = FRAGMENT_CHARS * 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Channel {
     Text,
+    /// The route's reasoning text: a key echoed there is as visible as in the answer.
+    Thinking,
     Tool(u32),
 }
 
@@ -223,6 +226,7 @@ impl Scrubbed {
         }
         Some(match channel {
             Channel::Text => Delta::Text(held),
+            Channel::Thinking => Delta::Thinking(Thinking::Text(held.into())),
             Channel::Tool(index) => Delta::tool(ToolFragment {
                 index,
                 id: None,
@@ -237,10 +241,12 @@ impl Scrubbed {
     fn take(&mut self, delta: Delta) -> (Option<Delta>, Option<Delta>) {
         let channel = match &delta {
             Delta::Text(_) => Some(Channel::Text),
+            Delta::Thinking(Thinking::Text(_)) => Some(Channel::Thinking),
             Delta::ToolFragment(f) => Some(Channel::Tool(f.index)),
-            // A usage figure between two pieces of text ends neither: a key split around
-            // it is still one key.
-            Delta::Usage(_) => return (None, Some(delta)),
+            // A usage figure or an extra (the logprobs each text delta follows) between two
+            // pieces of text ends neither: a key split around it is still one key. (A
+            // thinking block's signature is opaque ciphertext, as a redacted block is.)
+            Delta::Usage(_) | Delta::Extra(_) => return (None, Some(delta)),
             _ => None,
         };
         let flushed = if channel != self.channel { self.flush() } else { None };
@@ -249,6 +255,10 @@ impl Scrubbed {
             Delta::Text(text) => {
                 let out = self.state.pass(&text);
                 (!out.is_empty()).then_some(Delta::Text(out))
+            }
+            Delta::Thinking(Thinking::Text(text)) => {
+                let out = self.state.pass(&text);
+                (!out.is_empty()).then_some(Delta::Thinking(Thinking::Text(out.into())))
             }
             Delta::ToolFragment(mut f) => {
                 // An id or a name comes whole in one fragment: no carry. A replaced id is

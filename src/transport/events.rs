@@ -4,7 +4,7 @@
 use futures::StreamExt;
 
 use super::error::ErrorReply;
-use crate::types::{Envelope, EventStream, FinishReason, StreamEvent, ToolCall, Usage};
+use crate::types::{Envelope, EventStream, Extra, FinishReason, StreamEvent, Thinking, ToolCall, Usage};
 
 /// Waits for the first event. `Start` commits (its envelope is returned); `Error` means
 /// nothing was committed and the client gets a real HTTP error.
@@ -30,10 +30,63 @@ pub fn served_model(envelope: &Envelope, alias: &str) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     pub text: String,
+    /// The route's thinking blocks, in order (a non-streaming answer shows them before its
+    /// text, as Anthropic's do).
+    pub thinking: Vec<ThinkingBlock>,
+    /// The answer's extras, in order: each dialect keeps what it has a place for.
+    pub extras: Vec<Extra>,
     pub tool_calls: Vec<ToolCall>,
     pub usage: Option<Usage>,
     pub finish: FinishReason,
     pub envelope: Envelope,
+}
+
+/// One thinking block of a whole answer: its text and the signature that closed it, or a
+/// redacted block's data.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ThinkingBlock {
+    Thinking { text: String, signature: Option<String> },
+    Redacted(String),
+}
+
+impl ThinkingBlock {
+    /// Adds `piece` to `blocks`: text joins an open block (one without its signature yet),
+    /// a signature closes it, a redacted block stands alone.
+    pub fn gather(blocks: &mut Vec<ThinkingBlock>, piece: Thinking) {
+        let open = match blocks.last_mut() {
+            Some(ThinkingBlock::Thinking { text, signature: None }) => Some(text),
+            _ => None,
+        };
+        match (piece, open) {
+            (Thinking::Text(t), Some(text)) => text.push_str(&t),
+            (Thinking::Text(t), None) => blocks.push(ThinkingBlock::Thinking {
+                text: t.into(),
+                signature: None,
+            }),
+            (Thinking::Signature(sig), _) => match blocks.last_mut() {
+                Some(ThinkingBlock::Thinking {
+                    signature: s @ None, ..
+                }) => *s = Some(sig.into()),
+                _ => blocks.push(ThinkingBlock::Thinking {
+                    text: String::new(),
+                    signature: Some(sig.into()),
+                }),
+            },
+            (Thinking::Redacted(data), _) => blocks.push(ThinkingBlock::Redacted(data.into())),
+        }
+    }
+
+    /// All the reasoning text, for a dialect that shows it as one string.
+    pub fn joined_text(blocks: &[ThinkingBlock]) -> Option<String> {
+        let text: String = blocks
+            .iter()
+            .filter_map(|b| match b {
+                ThinkingBlock::Thinking { text, .. } => Some(text.as_str()),
+                ThinkingBlock::Redacted(_) => None,
+            })
+            .collect();
+        (!text.is_empty()).then_some(text)
+    }
 }
 
 /// Drains a stream after `Start`. A `Reset` simply discards what was gathered (nothing
@@ -46,12 +99,16 @@ pub struct Answer {
 /// `max_tokens` costs at most that much memory per request, never its whole answer.
 pub async fn drain(start: Envelope, mut events: EventStream, max_bytes: usize) -> Result<Answer, ErrorReply> {
     let mut text = String::new();
+    let mut thinking = Vec::new();
+    let mut extras = Vec::new();
     let mut tool_calls = Vec::new();
     let mut usage = None;
     let mut gathered = 0usize;
     while let Some(event) = events.next().await {
         let grows = match &event {
             StreamEvent::TextDelta(t) => t.len(),
+            StreamEvent::Thinking(t) => t.len(),
+            StreamEvent::Extra(e) => e.len(),
             StreamEvent::ToolCall(call) => call.id.len() + call.name.len() + call.arguments.len(),
             _ => 0,
         };
@@ -62,9 +119,13 @@ pub async fn drain(start: Envelope, mut events: EventStream, max_bytes: usize) -
         match event {
             StreamEvent::Start(_) | StreamEvent::RouteSwitch { .. } => {}
             StreamEvent::TextDelta(t) => text.push_str(&t),
+            StreamEvent::Thinking(t) => ThinkingBlock::gather(&mut thinking, t),
+            StreamEvent::Extra(e) => extras.push(*e),
             StreamEvent::ToolCall(call) => tool_calls.push(*call),
             StreamEvent::Reset { .. } => {
                 text.clear();
+                thinking.clear();
+                extras.clear();
                 tool_calls.clear();
                 gathered = 0;
             }
@@ -76,6 +137,8 @@ pub async fn drain(start: Envelope, mut events: EventStream, max_bytes: usize) -
             StreamEvent::Finish { reason, envelope } => {
                 return Ok(Answer {
                     text,
+                    thinking,
+                    extras,
                     tool_calls,
                     usage,
                     finish: reason,

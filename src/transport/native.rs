@@ -1,5 +1,5 @@
-//! The native dialect's server messages (`start`, `delta`, `tool_call`, `reset`,
-//! `route_switch`, `usage`, `done`, `error`), shared by the WebSocket and native SSE
+//! The native dialect's server messages (`start`, `delta`, `thinking`, `extra`, `tool_call`,
+//! `reset`, `route_switch`, `usage`, `done`, `error`), shared by the WebSocket and native SSE
 //! transports. Unlike the SDK dialects it can say everything: resets, route switches and
 //! truncation are first-class.
 
@@ -8,7 +8,10 @@ use serde::Serialize;
 use super::decode_error::DecodeError;
 use super::error::ErrorReply;
 use crate::gateway::GatewayError;
-use crate::types::{Envelope, ErrorEvent, FinishReason, Level, RequestCtx, ResponseType, StreamEvent, ToolCall, Usage};
+use crate::types::{
+    Envelope, ErrorEvent, ExtraField, FinishReason, Level, RawJson, RequestCtx, ResponseType, StreamEvent, Thinking,
+    ToolCall, Usage, Wire,
+};
 
 /// One server-to-client message, tagged by `type`, carrying the request's `id`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -25,6 +28,25 @@ pub enum ServerMessage {
     Delta {
         id: String,
         text: String,
+    },
+    /// The route's reasoning, as it streams: its `text`, the `signature` that closes a
+    /// thinking block, or a `redacted` block's data (one of the three).
+    Thinking {
+        id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        redacted: Option<String>,
+    },
+    /// A field of the route's answer in its own wire's terms: `logprobs`, or a chunk field
+    /// such as `system_fingerprint`, with its value as the route sent it.
+    Extra {
+        id: String,
+        wire: Wire,
+        field: &'static str,
+        value: RawJson,
     },
     /// Always a complete call with valid arguments.
     ToolCall {
@@ -157,6 +179,33 @@ impl ServerMessage {
                 false,
             ),
             StreamEvent::TextDelta(text) => (ServerMessage::Delta { id, text }, false),
+            StreamEvent::Thinking(thinking) => {
+                let (text, signature, redacted) = match thinking {
+                    Thinking::Text(t) => (Some(t.into()), None, None),
+                    Thinking::Signature(s) => (None, Some(s.into()), None),
+                    Thinking::Redacted(d) => (None, None, Some(d.into())),
+                };
+                let msg = ServerMessage::Thinking {
+                    id,
+                    text,
+                    signature,
+                    redacted,
+                };
+                (msg, false)
+            }
+            StreamEvent::Extra(extra) => {
+                let field = match extra.field {
+                    ExtraField::Chunk(name) => name,
+                    ExtraField::Logprobs => "logprobs",
+                };
+                let msg = ServerMessage::Extra {
+                    id,
+                    wire: extra.wire,
+                    field,
+                    value: extra.value,
+                };
+                (msg, false)
+            }
             StreamEvent::ToolCall(call) => (ServerMessage::ToolCall { id, call: *call }, false),
             StreamEvent::Reset { reason } => (ServerMessage::Reset { id, reason }, false),
             StreamEvent::RouteSwitch { from, to } => (ServerMessage::RouteSwitch { id, from, to }, false),
@@ -213,6 +262,8 @@ impl ServerMessage {
         match &mut m {
             ServerMessage::Start { id, .. }
             | ServerMessage::Delta { id, .. }
+            | ServerMessage::Thinking { id, .. }
+            | ServerMessage::Extra { id, .. }
             | ServerMessage::ToolCall { id, .. }
             | ServerMessage::Reset { id, .. }
             | ServerMessage::RouteSwitch { id, .. }
@@ -242,6 +293,8 @@ impl ServerMessage {
         match self {
             ServerMessage::Start { .. } => "start",
             ServerMessage::Delta { .. } => "delta",
+            ServerMessage::Thinking { .. } => "thinking",
+            ServerMessage::Extra { .. } => "extra",
             ServerMessage::ToolCall { .. } => "tool_call",
             ServerMessage::Reset { .. } => "reset",
             ServerMessage::RouteSwitch { .. } => "route_switch",

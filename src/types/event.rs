@@ -7,6 +7,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 
 use super::envelope::Envelope;
+use super::thinking::{Extra, Thinking};
 use super::ErrorClass;
 
 /// The stream a transport pulls. Dropping it cancels every upstream attempt behind it.
@@ -20,6 +21,11 @@ pub enum StreamEvent {
     /// The commit point: the first content token is ready. Carries the envelope so far.
     Start(Box<Envelope>),
     TextDelta(String),
+    /// The route's reasoning, as it streams: content, but not answer text.
+    Thinking(Thinking),
+    /// A field of the route's answer for a client of the route's wire (`Extra`): it comes
+    /// before the text it belongs to.
+    Extra(Box<Extra>),
     /// A complete tool call whose arguments parsed (and matched the schema, if any).
     ToolCall(Box<ToolCall>),
     /// The client must discard everything it has received so far.

@@ -14,6 +14,7 @@ mod prefill;
 mod request;
 mod schema_budget;
 mod state_hash;
+mod thinking;
 mod verbatim;
 
 pub use ctx::{usable_request_id, Dialect, Priority, RequestCtx, MAX_CLIENT_REQUEST_ID};
@@ -36,4 +37,5 @@ pub use schema_budget::{
     MAX_SCHEMA_LITERAL_BYTES, MAX_SCHEMA_NODES, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REFS,
 };
 pub use state_hash::{canonical_history, state_hash};
+pub use thinking::{Extra, ExtraField, Thinking};
 pub use verbatim::{MessageJson, RawJson, Verbatim, Wire};

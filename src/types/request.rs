@@ -46,6 +46,22 @@ impl ChatRequest {
             .map(Message::joined_text)
     }
 
+    /// Does the client ask an Anthropic-wire route to think (`thinking` of type `enabled` or
+    /// `adaptive`)? Such a route refuses a prefill, so no continuation goes to one.
+    pub fn asks_thinking(&self) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Config<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: std::borrow::Cow<'a, str>,
+        }
+        self.verbatim
+            .as_deref()
+            .filter(|v| v.wire == Wire::Anthropic)
+            .and_then(|v| v.field("thinking"))
+            .and_then(|raw| serde_json::from_str::<Config<'_>>(raw.text()).ok())
+            .is_some_and(|c| c.kind != "disabled")
+    }
+
     /// The response type this request implies when nothing overrides it.
     pub fn detected_response_type(&self) -> ResponseType {
         if !self.tools.is_empty() && self.tool_choice != Some(ToolChoice::None) {

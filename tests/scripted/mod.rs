@@ -230,6 +230,8 @@ pub fn kinds(evs: &[StreamEvent]) -> Vec<String> {
         .map(|e| match e {
             StreamEvent::Start(_) => "start".into(),
             StreamEvent::TextDelta(t) => format!("text({t})"),
+            StreamEvent::Thinking(t) => format!("thinking({t:?})"),
+            StreamEvent::Extra(e) => format!("extra({:?})", e.field),
             StreamEvent::ToolCall(c) => format!("tool({})", c.name),
             StreamEvent::Reset { .. } => "reset".into(),
             StreamEvent::RouteSwitch { .. } => "switch".into(),

@@ -85,7 +85,10 @@ impl Run {
             };
             let (mut failed, err) = match step {
                 Step::Event(i, ev) => match ev {
-                    AttemptEvent::Text(_) | AttemptEvent::ToolStarted | AttemptEvent::ToolCall(_) => {
+                    AttemptEvent::Text(_)
+                    | AttemptEvent::Thinking(_)
+                    | AttemptEvent::ToolStarted
+                    | AttemptEvent::ToolCall(_) => {
                         let mut winner = race.take(i);
                         let losers = race.drain();
                         self.commit(&mut winner, losers);

@@ -124,8 +124,12 @@ impl Run {
         }
     }
 
+    /// Can `route` continue this answer? Its convention must take a prefill, and an
+    /// Anthropic-wire route refuses one while the client asks it to think.
     pub(super) fn can_continue(&self, route: &str) -> bool {
-        self.route_config(route).is_some_and(|r| r.prefill.can_continue())
+        self.route_config(route).is_some_and(|r| {
+            r.prefill.can_continue() && !(r.wire == crate::config::Wire::Anthropic && self.req.asks_thinking())
+        })
     }
 
     fn try_start(&mut self, route: &str, role: Role, prefill: Option<&str>, again: bool) -> Result<Attempt, Skip> {

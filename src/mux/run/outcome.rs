@@ -235,6 +235,11 @@ impl Run {
             // An answer past the transcript's cap is not held whole: nothing to keep.
             return;
         }
+        if self.transcript.thinking || self.transcript.extras {
+            // The cache keeps text and tool calls: an answer with reasoning or extras would
+            // come back without them.
+            return;
+        }
         let answer = crate::mux::cache::CachedAnswer {
             text: self.transcript.text.clone(),
             tool_calls: std::mem::take(&mut self.calls),

@@ -190,7 +190,12 @@ impl Run {
                 }
             };
             match ev {
-                Some(ev @ (AttemptEvent::Text(_) | AttemptEvent::ToolStarted | AttemptEvent::ToolCall(_))) => {
+                Some(
+                    ev @ (AttemptEvent::Text(_)
+                    | AttemptEvent::Thinking(_)
+                    | AttemptEvent::ToolStarted
+                    | AttemptEvent::ToolCall(_)),
+                ) => {
                     self.commit(&mut attempt, Vec::new());
                     return Ok((attempt, ev));
                 }

@@ -109,6 +109,13 @@ impl Run {
                 (ev, true)
             }
         };
+        // The extras that came before this event are handed on first: an extra belongs with
+        // the text that follows it. A hidden restart's are not (its text is not sent either).
+        let extras = s.cur.take_extras();
+        if !extras.is_empty() && !matches!(s.seam, Seam::Swallow { .. }) {
+            self.transcript.extras = true;
+            out.extend(extras.into_iter().map(|e| StreamEvent::Extra(Box::new(e))));
+        }
         if matches!(ev, AttemptEvent::ToolCall(_) | AttemptEvent::Finished(_)) {
             // Whatever the seam still holds is settled before a tool call or the end.
             let (held, verdict) = s.seam.finish();
@@ -134,6 +141,30 @@ impl Run {
                     Joined::StartOver => return State::Recovering(Recovering::StartOver(s.cur)),
                     Joined::Events if ended(out) => return State::Finished,
                     Joined::Events => {}
+                }
+            }
+            AttemptEvent::Thinking(thinking) => {
+                let now = Instant::now();
+                if after_gap {
+                    let gap = now.saturating_duration_since(s.last_token);
+                    self.mux.health.record_token_gap(&s.cur.route, now, gap);
+                }
+                s.last_token = now;
+                match s.seam {
+                    Seam::Pass => {
+                        self.voiced(&s.cur, &mut s.switch, out);
+                        self.transcript.thinking = true;
+                        out.push(StreamEvent::Thinking(thinking));
+                    }
+                    // A hidden restart that reasons: its reasoning cannot pass for what the
+                    // client was shown, nor its answer for the one begun without it.
+                    Seam::Swallow { .. } => {
+                        out.push(self.diverged(&s.cur));
+                        return State::Finished;
+                    }
+                    // A continuation's own reasoning is about resuming, not the answer's: it
+                    // is not forwarded (`docs/dialects.md`).
+                    Seam::Verify { .. } | Seam::Trim { .. } => {}
                 }
             }
             AttemptEvent::ToolStarted => {

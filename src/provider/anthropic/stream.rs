@@ -3,8 +3,9 @@
 //! Dispatch is on the `event:` line, as the official SDKs do (T13), falling back to the data's
 //! `type`. Text deltas become `Text` (empty ones never, T12); a `tool_use` block becomes a
 //! first `ToolFragment` carrying id and name, one fragment per `input_json_delta`, and a
-//! `ToolEnd` at its `content_block_stop` (T6); thinking, signature and citation deltas are not
-//! answer content and are skipped. Usage is cumulative (T9): input from `message_start`,
+//! `ToolEnd` at its `content_block_stop` (T6). A `thinking` block becomes `Thinking::Text`
+//! pieces and its `Thinking::Signature`, a `redacted_thinking` block one `Thinking::Redacted`;
+//! citation deltas and server tool blocks are not read yet (`docs/dialects.md`). Usage is cumulative (T9): input from `message_start`,
 //! the last `message_delta` count wins. `message_stop` ends the stream; `stop_reason` alone
 //! is enough if the body ends after it. `event: error` is an in-band failure (T10).
 
@@ -17,7 +18,7 @@ use super::types::{EventData, WireUsage};
 use crate::provider::sse::SseEvent;
 use crate::provider::wire_json::WireStr;
 use crate::provider::{classify_in_band, Delta, ErrorClass, Progress, ProviderError, ToolFragment, WireDecoder};
-use crate::types::{FinishReason, Usage};
+use crate::types::{FinishReason, Thinking, Usage};
 
 #[derive(Debug, Default)]
 pub(crate) struct EventDecoder {
@@ -142,6 +143,18 @@ impl EventDecoder {
                     out.push(Delta::Text(text.into_string()));
                 }
             }
+            "thinking" => {
+                if let Some(text) = block.thinking.filter(|t| !t.is_empty()) {
+                    out.push(Delta::Thinking(Thinking::Text(text.into_string().into())));
+                }
+                if let Some(signature) = block.signature.filter(|t| !t.is_empty()) {
+                    out.push(Delta::Thinking(Thinking::Signature(signature.into_string().into())));
+                }
+            }
+            "redacted_thinking" => {
+                let data = block.data.map(WireStr::into_string).unwrap_or_default();
+                out.push(Delta::Thinking(Thinking::Redacted(data.into())));
+            }
             _ => {}
         }
         Ok(())
@@ -171,7 +184,17 @@ impl EventDecoder {
                     }));
                 }
             }
-            // thinking_delta, signature_delta, citations_delta: not answer content.
+            Some("thinking_delta") => {
+                if let Some(text) = delta.thinking.filter(|t| !t.is_empty()) {
+                    out.push(Delta::Thinking(Thinking::Text(text.into_string().into())));
+                }
+            }
+            Some("signature_delta") => {
+                if let Some(signature) = delta.signature.filter(|t| !t.is_empty()) {
+                    out.push(Delta::Thinking(Thinking::Signature(signature.into_string().into())));
+                }
+            }
+            // citations_delta: not read yet.
             _ => {}
         }
         Ok(())
@@ -377,15 +400,53 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn thinking_is_not_content() {
+    async fn thinking_streams_as_thinking_then_its_signature_before_the_text() {
         let out = replay(THINKING).await;
+        let thinking = |t: &str| Ok(Delta::Thinking(Thinking::Text(t.into())));
         assert_eq!(
             out,
             vec![
+                thinking(
+                    "I need to find the GCD of 1071 and 462 using the Euclidean algorithm.\n\n1071 = 2 × 462 + 147"
+                ),
+                thinking("\n462 = 3 × 147 + 21"),
+                thinking("\n147 = 7 × 21 + 0"),
+                thinking("\nThe remainder is 0, so GCD(1071, 462) = 21."),
+                Ok(Delta::Thinking(Thinking::Signature(
+                    "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds...".into()
+                ))),
                 text("The greatest common divisor of 1071 and 462 is **21**."),
                 Ok(Delta::Finish(FinishReason::Stop))
             ],
-            "thinking and signature deltas are skipped; no usage in this docs example"
+            "each delta in order, the signature as sent; no usage in this docs example"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_redacted_block_is_one_piece_and_a_block_start_may_carry_its_thinking() {
+        let events = [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"redacted_thinking","data":"EmwKAhgBEgy3va"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"thinking","thinking":"whole","signature":"sig"}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"thinking_delta","thinking":""}}"#,
+            r#"{"type":"content_block_stop","index":2}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#,
+            r#"{"type":"message_stop"}"#,
+        ];
+        let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        assert_eq!(
+            replay(&body).await,
+            vec![
+                Ok(Delta::Thinking(Thinking::Redacted("EmwKAhgBEgy3va".into()))),
+                Ok(Delta::Thinking(Thinking::Text("whole".into()))),
+                Ok(Delta::Thinking(Thinking::Signature("sig".into()))),
+                Ok(Delta::Finish(FinishReason::Stop)),
+                usage(3, 9)
+            ],
+            "empty thinking is no delta (T12)"
         );
     }
 

@@ -95,6 +95,15 @@ pub struct ContentBlock<'a> {
     pub name: Option<WireStr<'a>>,
     #[serde(default, borrow)]
     pub text: Option<WireStr<'a>>,
+    /// A `thinking` block's text and signature as its start gives them (empty on Anthropic's
+    /// API: the deltas carry them).
+    #[serde(default, borrow)]
+    pub thinking: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub signature: Option<WireStr<'a>>,
+    /// A `redacted_thinking` block's opaque data.
+    #[serde(default, borrow)]
+    pub data: Option<WireStr<'a>>,
     /// A `tool_use` block's input as the start gives it: `{}` on Anthropic's API (the deltas
     /// carry it), the whole input on servers that send no deltas.
     #[serde(default)]
@@ -110,6 +119,10 @@ pub struct EventDelta<'a> {
     pub text: Option<WireStr<'a>>,
     #[serde(default, borrow)]
     pub partial_json: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub thinking: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    pub signature: Option<WireStr<'a>>,
     #[serde(default, borrow)]
     pub stop_reason: Option<WireStr<'a>>,
 }

@@ -10,12 +10,13 @@
 use std::borrow::Cow;
 
 use serde_json::json;
+use serde_json::value::RawValue;
 
 use super::types::{ChoiceDelta, Chunk, FunctionDelta, ToolCallDelta, WireUsage};
 use crate::provider::sse::SseEvent;
 use crate::provider::wire_json::WireStr;
 use crate::provider::{classify_in_band, Delta, ErrorClass, Progress, ProviderError, ToolFragment, WireDecoder};
-use crate::types::{FinishReason, Usage};
+use crate::types::{Extra, ExtraField, FinishReason, RawJson, Thinking, Usage, Wire};
 
 #[derive(Debug, Default)]
 pub(crate) struct ChunkDecoder {
@@ -27,7 +28,13 @@ pub(crate) struct ChunkDecoder {
     /// Index of the tool call the last fragment belonged to, for servers that omit `index`.
     last_tool_index: Option<u32>,
     next_tool_index: u32,
+    /// The chunk-level extras last said (`system_fingerprint`, `service_tier`), as sent:
+    /// each is said again only when it changes.
+    said: [Option<Box<str>>; CHUNK_EXTRAS.len()],
 }
+
+/// The chunk fields carried to an OpenAI-wire client (`types::ExtraField::Chunk`).
+const CHUNK_EXTRAS: [&str; 2] = ["system_fingerprint", "service_tier"];
 
 impl WireDecoder for ChunkDecoder {
     fn on_event(&mut self, event: SseEvent, out: &mut Vec<Delta>) -> Result<Progress, ProviderError> {
@@ -45,12 +52,18 @@ impl WireDecoder for ChunkDecoder {
             return Err(in_band_error(data));
         }
         let usage_arrived = chunk.usage.is_some();
+        if self.finish.is_none() {
+            self.chunk_extras([chunk.system_fingerprint, chunk.service_tier], out);
+        }
         if let Some(usage) = chunk.usage {
             self.usage = Some(neutral_usage(&usage));
         }
         for choice in chunk.choices.into_iter().flatten().filter(|c| c.index == 0) {
             if self.finish.is_some() {
                 break; // nothing after the finish signal is part of the answer
+            }
+            if let Some(logprobs) = choice.logprobs.filter(|raw| raw.get() != "null") {
+                out.push(extra(ExtraField::Logprobs, logprobs));
             }
             if let Some(delta) = choice.delta {
                 self.on_delta(delta, out);
@@ -83,7 +96,29 @@ impl WireDecoder for ChunkDecoder {
 }
 
 impl ChunkDecoder {
+    /// The chunk's `system_fingerprint` and `service_tier`, each when it differs from the
+    /// value last said.
+    fn chunk_extras(&mut self, values: [Option<&RawValue>; CHUNK_EXTRAS.len()], out: &mut Vec<Delta>) {
+        for ((name, value), said) in CHUNK_EXTRAS.iter().zip(values).zip(&mut self.said) {
+            let Some(value) = value.filter(|raw| raw.get() != "null") else {
+                continue;
+            };
+            if said.as_deref() != Some(value.get()) {
+                *said = Some(value.get().into());
+                out.push(extra(ExtraField::Chunk(name), value));
+            }
+        }
+    }
+
     fn on_delta(&mut self, delta: ChoiceDelta<'_>, out: &mut Vec<Delta>) {
+        // Reasoning comes before the answer text of the same chunk, as servers stream it.
+        for raw in [delta.reasoning_content, delta.reasoning].into_iter().flatten() {
+            if let Ok(text) = serde_json::from_str::<WireStr<'_>>(raw.get()) {
+                if !text.is_empty() {
+                    out.push(Delta::Thinking(Thinking::Text(text.into_string().into())));
+                }
+            }
+        }
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
             out.push(Delta::Text(text.into_string()));
         }
@@ -169,6 +204,14 @@ impl ChunkDecoder {
     }
 }
 
+fn extra(field: ExtraField, value: &RawValue) -> Delta {
+    Delta::Extra(Box::new(Extra {
+        wire: Wire::OpenAi,
+        field,
+        value: RawJson::new(value.to_owned()),
+    }))
+}
+
 fn neutral_usage(usage: &WireUsage) -> Usage {
     Usage {
         input_tokens: usage.prompt_tokens,
@@ -215,8 +258,11 @@ mod tests {
     const REFUSAL: &str = include_str!("../../../tests/fixtures/openai/refusal.sse");
     const LENGTH: &str = include_str!("../../../tests/fixtures/openai/length.sse");
 
+    /// The answer's text, tool calls, finish and usage: the extras every real chunk carries
+    /// (`system_fingerprint`) are left out here and tested on their own.
     async fn replay_chunks(chunks: Vec<Vec<u8>>) -> Out {
-        decode_chunks(ChunkDecoder::default(), chunks).await
+        let out = decode_chunks(ChunkDecoder::default(), chunks).await;
+        out.into_iter().filter(|d| !matches!(d, Ok(Delta::Extra(_)))).collect()
     }
 
     async fn replay(text: &str) -> Out {
@@ -280,6 +326,83 @@ mod tests {
             "T2"
         );
         assert_eq!(out[1], fragment(0, None, None, "{\""));
+    }
+
+    fn extra_of(d: &Result<Delta, ProviderError>) -> Option<(ExtraField, &str)> {
+        match d {
+            Ok(Delta::Extra(e)) if e.wire == Wire::OpenAi => Some((e.field.clone(), e.value.text())),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn chunk_fields_are_said_once_each_until_they_change() {
+        let out = decode_chunks(ChunkDecoder::default(), vec![TEXT.as_bytes().to_vec()]).await;
+        let extras: Vec<_> = out.iter().filter_map(extra_of).collect();
+        assert_eq!(
+            extras,
+            [(ExtraField::Chunk("system_fingerprint"), "\"fp_5050236cbd\"")],
+            "every chunk repeats it; it is said once, as sent"
+        );
+        assert!(matches!(out[0], Ok(Delta::Extra(_))), "before the first text: {out:?}");
+        let chunks = [
+            r#"{"service_tier":"default","system_fingerprint":"fp_a","choices":[{"index":0,"delta":{"content":"a"}}]}"#,
+            r#"{"service_tier":"default","system_fingerprint":"fp_b","choices":[{"index":0,"delta":{"content":"b"}}]}"#,
+            r#"{"service_tier":null,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        ];
+        let body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+        let out = decode_chunks(ChunkDecoder::default(), vec![body.into_bytes()]).await;
+        let extras: Vec<_> = out.iter().filter_map(extra_of).collect();
+        assert_eq!(
+            extras,
+            [
+                (ExtraField::Chunk("system_fingerprint"), "\"fp_a\""),
+                (ExtraField::Chunk("service_tier"), "\"default\""),
+                (ExtraField::Chunk("system_fingerprint"), "\"fp_b\""),
+            ],
+            "a change is said again; null says nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn logprobs_come_raw_before_the_text_they_belong_to() {
+        let logprobs =
+            r#"{"content":[{"token":"Hi","logprob":-0.01,"bytes":[72,105],"top_logprobs":[]}],"refusal":null}"#;
+        let body = format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}},\"logprobs\":{logprobs}}}]}}\n\n\
+             data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"stop\"}}]}}\n\n"
+        );
+        let out = decode_chunks(ChunkDecoder::default(), vec![body.into_bytes()]).await;
+        assert_eq!(
+            extra_of(&out[0]),
+            Some((ExtraField::Logprobs, logprobs)),
+            "byte for byte: {out:?}"
+        );
+        assert_eq!(out[1], text("Hi"));
+        assert_eq!(out[2], Ok(Delta::Finish(FinishReason::Stop)));
+        assert_eq!(out.len(), 3, "a null logprobs is nothing");
+    }
+
+    #[tokio::test]
+    async fn reasoning_text_comes_as_thinking_under_either_name_and_an_object_is_not_read() {
+        let chunks = [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"Let me"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":" think."}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":{"summary":"x"},"reasoning_content":""}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":null,"content":"Yes."}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        ];
+        let body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+        let thinking = |t: &str| Ok(Delta::Thinking(Thinking::Text(t.into())));
+        assert_eq!(
+            replay(&body).await,
+            vec![
+                thinking("Let me"),
+                thinking(" think."),
+                text("Yes."),
+                Ok(Delta::Finish(FinishReason::Stop))
+            ]
+        );
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! OpenAI Chat Completions wire types: the request body we send and the chunks we read.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use smallvec::SmallVec;
 
@@ -134,6 +135,11 @@ pub struct Chunk<'a> {
     /// again to read it.
     #[serde(default)]
     pub error: Option<Truthy>,
+    /// Fields carried to an OpenAI-wire client as sent (`types::Extra`).
+    #[serde(default, borrow)]
+    pub system_fingerprint: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    pub service_tier: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -144,6 +150,9 @@ pub struct Choice<'a> {
     pub delta: Option<ChoiceDelta<'a>>,
     #[serde(default, borrow)]
     pub finish_reason: Option<WireStr<'a>>,
+    /// The log-probabilities of this chunk's tokens, as sent (`types::ExtraField::Logprobs`).
+    #[serde(default, borrow)]
+    pub logprobs: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -152,6 +161,13 @@ pub struct ChoiceDelta<'a> {
     pub content: Option<WireStr<'a>>,
     #[serde(default, borrow)]
     pub refusal: Option<WireStr<'a>>,
+    /// An OpenAI-compatible server's reasoning text: `reasoning_content` (DeepSeek, older
+    /// vLLM, llama.cpp) or `reasoning` (vLLM since 2025, OpenRouter). Read raw: a server that
+    /// puts an object there has its chunk read all the same (only a string is reasoning text).
+    #[serde(default, borrow)]
+    pub reasoning_content: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    pub reasoning: Option<&'a RawValue>,
     #[serde(default, borrow)]
     pub tool_calls: Option<Vec<ToolCallDelta<'a>>>,
     /// The deprecated single-call form (no index).

@@ -6,9 +6,9 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::transport::error::ErrorReply;
-use crate::transport::events::{served_model, Answer};
+use crate::transport::events::{served_model, Answer, ThinkingBlock};
 use crate::transport::sse_out::{event_frame, to_json, Flow, FrameEncoder, Frames};
-use crate::types::{Envelope, ErrorClass, FinishReason, StreamEvent, ToolCall, Usage};
+use crate::types::{Envelope, ErrorClass, FinishReason, StreamEvent, Thinking, ToolCall, Usage};
 
 /// `msg_…` from the request id.
 pub fn message_id(request_id: &str) -> String {
@@ -127,6 +127,13 @@ enum Block<'a> {
     Text {
         text: &'a str,
     },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
     ToolUse {
         id: &'a str,
         name: &'a str,
@@ -134,10 +141,14 @@ enum Block<'a> {
     },
 }
 
+/// Named as Anthropic names them (`text_delta`, ...), hence the shared postfix.
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[allow(clippy::enum_variant_names)]
 enum BlockDelta<'a> {
     TextDelta { text: &'a str },
+    ThinkingDelta { thinking: &'a str },
+    SignatureDelta { signature: &'a str },
     InputJsonDelta { partial_json: &'a str },
 }
 
@@ -233,14 +244,21 @@ struct MessageBody<'a> {
     tailcut: Option<&'a Envelope>,
 }
 
-/// Renders a committed stream as Anthropic events, opening a content block per text run
-/// and per tool call, with indices contiguous from 0.
+/// The content block a stream has open: text and thinking arrive in runs of deltas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Text,
+    Thinking,
+}
+
+/// Renders a committed stream as Anthropic events, opening a content block per text run,
+/// per thinking block and per tool call, with indices contiguous from 0.
 pub struct EventEncoder {
     message_id: String,
     model: String,
     envelope: Envelope,
     next_index: u32,
-    text_open: bool,
+    open: Option<Open>,
     usage: Option<Usage>,
     frames: Frames,
 }
@@ -252,7 +270,7 @@ impl EventEncoder {
             model: served_model(&start, alias),
             envelope: start,
             next_index: 0,
-            text_open: false,
+            open: None,
             usage: None,
             frames: Frames::default(),
         }
@@ -292,25 +310,60 @@ impl EventEncoder {
         self.next_index += 1;
     }
 
-    fn close_text(&mut self, out: &mut Vec<Bytes>) {
-        if self.text_open {
-            self.text_open = false;
+    /// Closes the open block, if any.
+    fn close(&mut self, out: &mut Vec<Bytes>) {
+        if self.open.take().is_some() {
             self.block_stop(out);
         }
     }
 
-    fn text(&mut self, text: &str, out: &mut Vec<Bytes>) {
-        let index = self.next_index;
-        if !self.text_open {
-            out.push(
-                Event::ContentBlockStart {
-                    index,
-                    content_block: Block::Text { text: "" },
-                }
-                .frame(&mut self.frames),
-            );
-            self.text_open = true;
+    /// Opens a block of `kind` unless one is open: `start` is its empty first form.
+    fn open(&mut self, kind: Open, start: Block<'_>, out: &mut Vec<Bytes>) {
+        if self.open == Some(kind) {
+            return;
         }
+        self.close(out);
+        let index = self.next_index;
+        out.push(
+            Event::ContentBlockStart {
+                index,
+                content_block: start,
+            }
+            .frame(&mut self.frames),
+        );
+        self.open = Some(kind);
+    }
+
+    /// Thinking as Anthropic streams it: a `thinking` block of `thinking_delta`s, closed by
+    /// its `signature_delta`; a redacted block whole.
+    fn thinking(&mut self, thinking: &Thinking, out: &mut Vec<Bytes>) {
+        let empty = Block::Thinking {
+            thinking: "",
+            signature: "",
+        };
+        let delta = match thinking {
+            Thinking::Text(text) => BlockDelta::ThinkingDelta { thinking: text },
+            Thinking::Signature(signature) => BlockDelta::SignatureDelta { signature },
+            Thinking::Redacted(data) => {
+                self.close(out);
+                let index = self.next_index;
+                let content_block = Block::RedactedThinking { data };
+                out.push(Event::ContentBlockStart { index, content_block }.frame(&mut self.frames));
+                self.block_stop(out);
+                return;
+            }
+        };
+        self.open(Open::Thinking, empty, out);
+        let index = self.next_index;
+        out.push(Event::ContentBlockDelta { index, delta }.frame(&mut self.frames));
+        if matches!(thinking, Thinking::Signature(_)) {
+            self.close(out);
+        }
+    }
+
+    fn text(&mut self, text: &str, out: &mut Vec<Bytes>) {
+        self.open(Open::Text, Block::Text { text: "" }, out);
+        let index = self.next_index;
         out.push(
             Event::ContentBlockDelta {
                 index,
@@ -322,7 +375,7 @@ impl EventEncoder {
 
     /// A complete call: start (empty input), one delta carrying all of it, stop.
     fn tool_call(&mut self, call: &ToolCall, out: &mut Vec<Bytes>) {
-        self.close_text(out);
+        self.close(out);
         let index = self.next_index;
         let content_block = Block::ToolUse {
             id: &call.id,
@@ -338,7 +391,7 @@ impl EventEncoder {
     }
 
     fn finish(&mut self, reason: FinishReason, envelope: &Envelope, out: &mut Vec<Bytes>) {
-        self.close_text(out);
+        self.close(out);
         let usage = self.usage.unwrap_or_default();
         out.push(
             Event::MessageDelta {
@@ -365,6 +418,9 @@ impl FrameEncoder for EventEncoder {
             StreamEvent::Start(envelope) => self.envelope = *envelope,
             StreamEvent::TextDelta(text) if text.is_empty() => {}
             StreamEvent::TextDelta(text) => self.text(&text, out),
+            StreamEvent::Thinking(thinking) => self.thinking(&thinking, out),
+            // The extras this dialect reads are not built yet (`docs/dialects.md`).
+            StreamEvent::Extra(_) => {}
             StreamEvent::ToolCall(call) => self.tool_call(&call, out),
             // This dialect cannot take text back; the mux only resets dialects that can.
             StreamEvent::Reset { reason } => {
@@ -401,6 +457,15 @@ impl FrameEncoder for EventEncoder {
 /// The non-streaming `message` body, with the envelope as an extra `tailcut` field.
 pub fn message_json(request_id: &str, alias: &str, answer: &Answer) -> Vec<u8> {
     let mut content = Vec::new();
+    for block in &answer.thinking {
+        content.push(match block {
+            ThinkingBlock::Thinking { text, signature } => Block::Thinking {
+                thinking: text,
+                signature: signature.as_deref().unwrap_or_default(),
+            },
+            ThinkingBlock::Redacted(data) => Block::RedactedThinking { data },
+        });
+    }
     if !answer.text.is_empty() {
         content.push(Block::Text { text: &answer.text });
     }
@@ -597,6 +662,8 @@ mod tests {
     fn message_json_has_blocks_with_parsed_tool_input() {
         let answer = Answer {
             text: "Let me check.".into(),
+            thinking: Vec::new(),
+            extras: Vec::new(),
             tool_calls: vec![ToolCall {
                 index: 0,
                 id: "toolu_1".into(),

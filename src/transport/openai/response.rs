@@ -7,9 +7,13 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use crate::transport::error::ErrorReply;
-use crate::transport::events::{served_model, Answer};
+use crate::transport::events::{served_model, Answer, ThinkingBlock};
 use crate::transport::sse_out::{data_frame, Flow, FrameEncoder, Frames, DONE_FRAME};
-use crate::types::{Envelope, ErrorClass, FinishReason, StreamEvent, ToolCall, Usage};
+use serde_json::value::RawValue;
+
+use crate::types::{
+    Envelope, ErrorClass, Extra, ExtraField, FinishReason, RawJson, StreamEvent, Thinking, ToolCall, Usage, Wire,
+};
 
 /// `chatcmpl-…` from the request id, so logs and responses correlate.
 pub fn completion_id(request_id: &str) -> String {
@@ -33,6 +37,8 @@ struct Chunk<'a> {
     object: &'static str,
     created: u64,
     model: &'a str,
+    #[serde(flatten)]
+    fields: &'a RouteFields,
     choices: &'a [ChunkChoice<'a>],
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: Option<OpenAiUsage>,
@@ -40,11 +46,38 @@ struct Chunk<'a> {
     tailcut: Option<&'a Envelope>,
 }
 
+/// The chunk-level fields an OpenAI-wire route sent (`types::ExtraField::Chunk`), repeated on
+/// every chunk from the one that first carries them, as OpenAI repeats them.
+#[derive(Serialize, Default, Debug, Clone)]
+struct RouteFields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_tier: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_fingerprint: Option<Box<RawValue>>,
+}
+
+impl RouteFields {
+    /// Takes an OpenAI-wire extra's chunk field; `false` for anything else.
+    fn take(&mut self, extra: &Extra) -> bool {
+        let slot = match (&extra.wire, &extra.field) {
+            (Wire::OpenAi, ExtraField::Chunk("service_tier")) => &mut self.service_tier,
+            (Wire::OpenAi, ExtraField::Chunk("system_fingerprint")) => &mut self.system_fingerprint,
+            _ => return false,
+        };
+        *slot = Some(extra.value.raw().to_owned());
+        true
+    }
+
+    fn is_empty(&self) -> bool {
+        self.service_tier.is_none() && self.system_fingerprint.is_none()
+    }
+}
+
 #[derive(Serialize)]
 struct ChunkChoice<'a> {
     index: u32,
     delta: ChunkDelta<'a>,
-    logprobs: Option<()>,
+    logprobs: Option<&'a RawValue>,
     finish_reason: Option<&'static str>,
 }
 
@@ -54,6 +87,10 @@ struct ChunkDelta<'a> {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    /// The route's reasoning, under the name DeepSeek, llama.cpp and most chat frontends
+    /// read (`docs/dialects.md`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[WireToolCall<'a>; 1]>,
 }
@@ -204,6 +241,9 @@ pub struct ChunkEncoder {
     usage: Option<Usage>,
     envelope: Envelope,
     frames: Frames,
+    fields: RouteFields,
+    /// Log-probabilities for the next text (`ExtraField::Logprobs`), sent with it.
+    logprobs: Option<RawJson>,
     /// A text delta's frame up to its content, the same all through the stream: `data: `,
     /// then `Chunk` with `id`, `object`, `created`, `model` and one choice's delta opened at
     /// `"content":`. A delta's frame is this, the text as a JSON string and `TEXT_TAIL`: the
@@ -216,7 +256,7 @@ impl ChunkEncoder {
         let id = completion_id(request_id);
         let model = served_model(&start, alias);
         ChunkEncoder {
-            text_head: text_head(&id, created, &model),
+            text_head: text_head(&id, created, &model, &RouteFields::default()),
             id,
             created,
             model,
@@ -224,6 +264,27 @@ impl ChunkEncoder {
             usage: None,
             envelope: start,
             frames: Frames::default(),
+            fields: RouteFields::default(),
+            logprobs: None,
+        }
+    }
+
+    /// An extra of the route's answer: a chunk field from now on, or logprobs for the next
+    /// text. Extras of another wire have no place here.
+    fn extra(&mut self, extra: Extra, out: &mut Vec<Bytes>) {
+        if self.fields.take(&extra) {
+            self.text_head = text_head(&self.id, self.created, &self.model, &self.fields);
+        } else if extra.wire == Wire::OpenAi && extra.field == ExtraField::Logprobs {
+            // Two in a row (their text was held or swallowed between): the first goes alone.
+            self.flush_logprobs(out);
+            self.logprobs = Some(extra.value);
+        }
+    }
+
+    /// Logprobs still waiting for text, in a chunk of their own with an empty delta.
+    fn flush_logprobs(&mut self, out: &mut Vec<Bytes>) {
+        if let Some(logprobs) = self.logprobs.take() {
+            out.push(self.delta_frame(ChunkDelta::default(), Some(logprobs.raw())));
         }
     }
 
@@ -247,6 +308,7 @@ impl ChunkEncoder {
     /// `text_head`'s bytes with only the envelope serialized, as `frame` would write it (a
     /// test holds them equal).
     fn finish_frame(&mut self, reason: FinishReason, envelope: &Envelope) -> Bytes {
+        debug_assert!(self.logprobs.is_none(), "logprobs are flushed before the finish");
         // Every reason is a plain ASCII word: nothing in it to escape.
         let mut mid = Vec::with_capacity(64);
         mid.extend_from_slice(b"},\"logprobs\":null,\"finish_reason\":\"");
@@ -262,6 +324,7 @@ impl ChunkEncoder {
             object: "chat.completion.chunk",
             created: self.created,
             model: &self.model,
+            fields: &self.fields,
             choices,
             usage: None,
             tailcut,
@@ -280,20 +343,27 @@ impl ChunkEncoder {
         data_frame(&self.chunk(&choice, tailcut))
     }
 
-    /// A text delta's frame: only the text is encoded (see `text_head`).
+    /// A text delta's frame: only the text is encoded (see `text_head`), unless logprobs go
+    /// with it.
     fn text_frame(&mut self, text: &str) -> Bytes {
-        self.frames.around_str(&self.text_head, text, TEXT_TAIL)
+        match self.logprobs.take() {
+            None => self.frames.around_str(&self.text_head, text, TEXT_TAIL),
+            Some(logprobs) => {
+                let delta = ChunkDelta {
+                    content: Some(text),
+                    ..ChunkDelta::default()
+                };
+                self.delta_frame(delta, Some(logprobs.raw()))
+            }
+        }
     }
 
-    /// A tool call's frame, in the stream's frame buffer.
-    fn tool_call_frame(&mut self, call: &ToolCall) -> Bytes {
+    /// A chunk of one delta, serialized whole, in the stream's frame buffer.
+    fn delta_frame(&mut self, delta: ChunkDelta<'_>, logprobs: Option<&RawValue>) -> Bytes {
         let choice = [ChunkChoice {
             index: 0,
-            delta: ChunkDelta {
-                tool_calls: Some([WireToolCall::new(call, true)]),
-                ..ChunkDelta::default()
-            },
-            logprobs: None,
+            delta,
+            logprobs,
             finish_reason: None,
         }];
         let chunk = Chunk {
@@ -301,11 +371,36 @@ impl ChunkEncoder {
             object: "chat.completion.chunk",
             created: self.created,
             model: &self.model,
+            fields: &self.fields,
             choices: &choice,
             usage: None,
             tailcut: None,
         };
         self.frames.data(&chunk)
+    }
+
+    /// The route's reasoning text as `reasoning_content`; a signature or a redacted block has
+    /// no place in this dialect (`docs/dialects.md`).
+    fn thinking_frame(&mut self, thinking: &Thinking) -> Option<Bytes> {
+        match thinking {
+            Thinking::Text(text) if !text.is_empty() => {
+                let delta = ChunkDelta {
+                    reasoning_content: Some(text),
+                    ..ChunkDelta::default()
+                };
+                Some(self.delta_frame(delta, None))
+            }
+            _ => None,
+        }
+    }
+
+    /// A tool call's frame, in the stream's frame buffer.
+    fn tool_call_frame(&mut self, call: &ToolCall) -> Bytes {
+        let delta = ChunkDelta {
+            tool_calls: Some([WireToolCall::new(call, true)]),
+            ..ChunkDelta::default()
+        };
+        self.delta_frame(delta, None)
     }
 
     fn usage_frame(&self, usage: Usage) -> Bytes {
@@ -327,7 +422,12 @@ impl FrameEncoder for ChunkEncoder {
             StreamEvent::Start(envelope) => self.envelope = *envelope,
             StreamEvent::TextDelta(text) if text.is_empty() => {}
             StreamEvent::TextDelta(text) => out.push(self.text_frame(&text)),
-            StreamEvent::ToolCall(call) => out.push(self.tool_call_frame(&call)),
+            StreamEvent::Thinking(thinking) => out.extend(self.thinking_frame(&thinking)),
+            StreamEvent::Extra(extra) => self.extra(*extra, out),
+            StreamEvent::ToolCall(call) => {
+                self.flush_logprobs(out);
+                out.push(self.tool_call_frame(&call));
+            }
             // This dialect cannot take text back; the mux only resets dialects that can.
             StreamEvent::Reset { reason } => {
                 let envelope = Some(self.envelope.clone());
@@ -340,6 +440,7 @@ impl FrameEncoder for ChunkEncoder {
                 envelope,
             } => return self.fail(ErrorReply::truncated(*envelope), out),
             StreamEvent::Finish { reason, envelope } => {
+                self.flush_logprobs(out);
                 out.push(self.finish_frame(reason, &envelope));
                 if let Some(usage) = self.usage.filter(|_| self.include_usage) {
                     out.push(self.usage_frame(usage));
@@ -373,7 +474,7 @@ const TEXT_TAIL: &[u8] = b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
 
 /// The bytes of a text delta's frame before its text (`ChunkEncoder::text_head`), written as
 /// `Chunk`'s derived `Serialize` writes them: its fields in order, strings JSON-escaped.
-fn text_head(id: &str, created: u64, model: &str) -> Vec<u8> {
+fn text_head(id: &str, created: u64, model: &str, fields: &RouteFields) -> Vec<u8> {
     let mut head = Vec::with_capacity(128 + id.len() + model.len());
     head.extend_from_slice(b"data: {\"id\":");
     write_str(&mut head, id);
@@ -381,6 +482,12 @@ fn text_head(id: &str, created: u64, model: &str) -> Vec<u8> {
     let _ = write!(head, "{created}");
     head.extend_from_slice(b",\"model\":");
     write_str(&mut head, model);
+    if !fields.is_empty() {
+        // The fields as `Chunk` serializes them: `,"service_tier":…,"system_fingerprint":…`.
+        let object = crate::transport::sse_out::to_json(fields);
+        head.push(b',');
+        head.extend_from_slice(&object[1..object.len() - 1]);
+    }
     head.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":{\"content\":");
     head
 }
@@ -396,6 +503,8 @@ struct Completion<'a> {
     object: &'static str,
     created: u64,
     model: String,
+    #[serde(flatten)]
+    fields: RouteFields,
     choices: [CompletionChoice<'a>; 1],
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: Option<OpenAiUsage>,
@@ -406,7 +515,7 @@ struct Completion<'a> {
 struct CompletionChoice<'a> {
     index: u32,
     message: CompletionMessage<'a>,
-    logprobs: Option<()>,
+    logprobs: Option<Logprobs>,
     finish_reason: &'static str,
 }
 
@@ -415,8 +524,50 @@ struct CompletionMessage<'a> {
     role: &'static str,
     content: Option<&'a str>,
     refusal: Option<()>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tool_calls: Vec<WireToolCall<'a>>,
+}
+
+/// A whole answer's log-probabilities: every chunk's `content` and `refusal` token lists,
+/// joined in order.
+#[derive(Serialize, Default)]
+struct Logprobs {
+    content: Option<Vec<Box<RawValue>>>,
+    refusal: Option<Vec<Box<RawValue>>>,
+}
+
+impl Logprobs {
+    /// The answer's logprobs, if its route sent any. A list that does not read as
+    /// `{content: [...], refusal: [...]}` adds nothing.
+    fn joined(extras: &[Extra]) -> Option<Logprobs> {
+        #[derive(serde::Deserialize)]
+        struct Piece {
+            #[serde(default)]
+            content: Option<Vec<Box<RawValue>>>,
+            #[serde(default)]
+            refusal: Option<Vec<Box<RawValue>>>,
+        }
+        let mut all: Option<Logprobs> = None;
+        for extra in extras
+            .iter()
+            .filter(|e| e.wire == Wire::OpenAi && e.field == ExtraField::Logprobs)
+        {
+            let joined = all.get_or_insert_with(Logprobs::default);
+            if let Ok(piece) = serde_json::from_str::<Piece>(extra.value.text()) {
+                for (list, more) in [
+                    (&mut joined.content, piece.content),
+                    (&mut joined.refusal, piece.refusal),
+                ] {
+                    if let Some(more) = more {
+                        list.get_or_insert_with(Vec::new).extend(more);
+                    }
+                }
+            }
+        }
+        all
+    }
 }
 
 /// The non-streaming `chat.completion` body.
@@ -426,20 +577,26 @@ pub fn completion_json(request_id: &str, alias: &str, created: u64, answer: &Ans
     } else {
         Some(answer.text.as_str())
     };
+    let mut fields = RouteFields::default();
+    for extra in &answer.extras {
+        fields.take(extra);
+    }
     let body = Completion {
         id: completion_id(request_id),
         object: "chat.completion",
         created,
         model: served_model(&answer.envelope, alias),
+        fields,
         choices: [CompletionChoice {
             index: 0,
             message: CompletionMessage {
                 role: "assistant",
                 content,
                 refusal: None,
+                reasoning_content: ThinkingBlock::joined_text(&answer.thinking),
                 tool_calls: answer.tool_calls.iter().map(|c| WireToolCall::new(c, false)).collect(),
             },
-            logprobs: None,
+            logprobs: Logprobs::joined(&answer.extras),
             finish_reason: finish_reason(answer.finish),
         }],
         usage: answer.usage.map(OpenAiUsage::from),
@@ -551,7 +708,7 @@ mod tests {
                 ChunkDelta {
                     role: Some("assistant"),
                     content: Some(""),
-                    tool_calls: None,
+                    ..ChunkDelta::default()
                 },
                 None,
                 None,
@@ -751,6 +908,8 @@ mod tests {
     fn completion_json_has_message_tools_usage_and_envelope() {
         let answer = Answer {
             text: String::new(),
+            thinking: Vec::new(),
+            extras: Vec::new(),
             tool_calls: vec![ToolCall {
                 index: 0,
                 id: "call_1".into(),
