@@ -371,3 +371,180 @@ async fn a_primary_that_always_dies_mid_answer_never_leaves_the_fallback_idle() 
     );
     assert!(first_try_on_b > 0, "traffic moved to the healthy route");
 }
+
+// ---- thinking-first answers ----
+
+fn thinks(t: &str) -> Step {
+    Step::D(tailcut::provider::Delta::Thinking(tailcut::types::Thinking::Text(
+        t.into(),
+    )))
+}
+
+fn signs(s: &str) -> Step {
+    Step::D(tailcut::provider::Delta::Thinking(tailcut::types::Thinking::Signature(
+        s.into(),
+    )))
+}
+
+/// Reasoning, its signature, then `words`, each 10 ms apart after `ttft_ms`, and a finish.
+fn reasoned(ttft_ms: u64, thinking: &[&str], words: &[&str]) -> Script {
+    let mut steps = vec![Step::Wait(ttft_ms)];
+    for t in thinking {
+        steps.extend([thinks(t), Step::Wait(10)]);
+    }
+    steps.extend([signs("sig"), Step::Wait(10)]);
+    for w in words {
+        steps.extend([text(w), Step::Wait(10)]);
+    }
+    steps.push(finish());
+    Script::Stream(steps)
+}
+
+/// Reasoning that is cut before its signature: the connection drops.
+fn cut_while_thinking(thinking: &[&str]) -> Script {
+    let mut steps = vec![Step::Wait(10)];
+    for t in thinking {
+        steps.extend([thinks(t), Step::Wait(10)]);
+    }
+    steps.push(Step::Err(err(ErrorClass::Unavailable, 502)));
+    Script::Stream(steps)
+}
+
+fn thinking_text(evs: &[StreamEvent]) -> String {
+    let mut out = String::new();
+    for e in evs {
+        match e {
+            StreamEvent::Thinking(tailcut::types::Thinking::Text(t)) => out.push_str(t),
+            StreamEvent::Reset { .. } => out.clear(),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_thinking_delta_wins_the_hedge_race_and_commits() {
+    // The primary's first text comes after the hedge delay (2 s); the hedge only thinks at
+    // first, and that reasoning is what proves it is answering.
+    let (gw, _) = gateway(
+        &toml(&[("a", "L0"), ("b", "L0")], ""),
+        vec![
+            ("a", answer(4000, &["slow."])),
+            ("b", reasoned(100, &["Let me", " think."], &["fast."])),
+        ],
+    );
+    let evs = collect(&gw, req(), native()).await;
+    let env = envelope(&evs).expect("an envelope");
+    assert!(env.hedged, "{:?}", kinds(&evs));
+    assert_eq!(env.route.as_deref(), Some("b"), "the hedge won with its thinking");
+    assert_eq!(thinking_text(&evs), "Let me think.");
+    assert_eq!(final_text(&evs), "fast.");
+    let first_content = evs.iter().position(|e| matches!(e, StreamEvent::Thinking(_)));
+    let first_text = evs.iter().position(|e| matches!(e, StreamEvent::TextDelta(_)));
+    assert!(
+        first_content < first_text,
+        "thinking streams before the text: {:?}",
+        kinds(&evs)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_cut_inside_its_thinking_restarts_for_a_client_that_can_be_told() {
+    // Prose continues by default, but an answer that showed thinking cannot be continued: the
+    // second route is asked afresh (no prefill) and the client is told to replace the first.
+    let (gw, seen) = gateway(
+        &toml(&[("a", "L0"), ("b", "L1")], ""),
+        vec![
+            ("a", cut_while_thinking(&["First", " idea"])),
+            ("b", reasoned(50, &["Second", " idea."], &["Answer."])),
+        ],
+    );
+    let evs = collect(&gw, req(), native()).await;
+    let resets = evs.iter().filter(|e| matches!(e, StreamEvent::Reset { .. })).count();
+    assert_eq!(resets, 1, "{:?}", kinds(&evs));
+    assert_eq!(
+        thinking_text(&evs),
+        "Second idea.",
+        "only the new answer's reasoning remains"
+    );
+    assert_eq!(final_text(&evs), "Answer.");
+    assert_eq!(seen.prefills("b"), [None], "a restart, not a continuation");
+    assert!(matches!(evs.last(), Some(StreamEvent::Finish { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_cut_after_its_thinking_ends_honestly_for_a_dialect_that_cannot_reset() {
+    // The OpenAI and Anthropic dialects cannot take shown reasoning back, and a new answer's
+    // reasoning cannot pass for it: the stream ends with an in-band error, never a second
+    // answer glued to the first one's reasoning, and no route is asked in vain.
+    let mut cut = match reasoned(10, &["Partial"], &["Half"]) {
+        Script::Stream(steps) => steps,
+        _ => unreachable!(),
+    };
+    cut.pop(); // no finish: the connection drops after the first word
+    cut.push(Step::Err(err(ErrorClass::Unavailable, 502)));
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let (gw, seen) = gateway(
+            &toml(&[("a", "L0"), ("b", "L1")], ""),
+            vec![
+                ("a", Script::Stream(cut.clone())),
+                ("b", reasoned(50, &["Other"], &["Whole answer."])),
+            ],
+        );
+        let evs = collect(&gw, req(), RequestCtx::new(dialect)).await;
+        assert_eq!(thinking_text(&evs), "Partial", "{dialect:?}: {:?}", kinds(&evs));
+        assert_eq!(final_text(&evs), "Half", "{dialect:?}: nothing of another answer");
+        assert!(error(&evs).is_some(), "{dialect:?}: an honest end: {:?}", kinds(&evs));
+        assert_eq!(seen.calls("b"), 0, "{dialect:?}: no attempt that could not be used");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_continuation_carries_the_text_on_without_its_own_reasoning() {
+    // The first answer showed no thinking, so it is continued; the continuation's reasoning is
+    // about resuming, not the answer, and is not forwarded.
+    let (gw, seen) = gateway(
+        &toml(&[("a", "L0"), ("b", "L1")], ""),
+        vec![
+            ("a", dropped_after(&["The", " sky"])),
+            ("b", reasoned(50, &["Resume", " here."], &[" is", " blue."])),
+        ],
+    );
+    let evs = collect(&gw, req(), openai()).await;
+    assert_eq!(final_text(&evs), "The sky is blue.", "{:?}", kinds(&evs));
+    assert_eq!(thinking_text(&evs), "", "{:?}", kinds(&evs));
+    assert_eq!(seen.prefills("b"), [Some("The sky".to_string())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_continuation_goes_to_an_anthropic_route_asked_to_think() {
+    // Anthropic refuses a prefill while thinking is on: the prose answer is restarted there.
+    let routes = toml(&[("a", "L0"), ("b", "L1")], "").replace("wire = \"openai\"", "wire = \"anthropic\"");
+    let (gw, seen) = gateway(
+        &routes,
+        vec![
+            ("a", dropped_after(&["The", " sky"])),
+            ("b", answer(50, &["The sky is blue."])),
+        ],
+    );
+    let mut asks = req();
+    let thinking = serde_json::value::RawValue::from_string(r#"{"type":"enabled","budget_tokens":1024}"#.into());
+    asks.verbatim = Some(std::sync::Arc::new(tailcut::types::Verbatim {
+        wire: tailcut::types::Wire::Anthropic,
+        fields: vec![("thinking".into(), tailcut::types::RawJson::new(thinking.expect("JSON")))],
+        headers: Vec::new(),
+    }));
+    let evs = collect(&gw, asks, native()).await;
+    assert_eq!(seen.prefills("b"), [None], "{:?}", kinds(&evs));
+    assert_eq!(final_text(&evs), "The sky is blue.");
+    // Without thinking the same failure is continued.
+    let (gw, seen) = gateway(
+        &routes,
+        vec![
+            ("a", dropped_after(&["The", " sky"])),
+            ("b", answer(50, &[" is blue."])),
+        ],
+    );
+    let evs = collect(&gw, req(), native()).await;
+    assert_eq!(seen.prefills("b"), [Some("The sky".to_string())], "{:?}", kinds(&evs));
+}

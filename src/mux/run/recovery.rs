@@ -72,6 +72,11 @@ impl Run {
             // Tool calls leave only at the answer's end: the answer was complete.
             return Recovery::Done(FinishReason::ToolCalls);
         }
+        if self.transcript.thinking && !self.ctx.dialect.can_reset() {
+            // The client holds reasoning (perhaps a block cut before its signature) that no
+            // new answer can continue or pass for, and this dialect cannot take it back.
+            return self.unrecoverable_because("its reasoning was shown, and this dialect cannot replace it");
+        }
         if !self.transcript.visible() {
             // Nothing the client would have to unsee: a seamless restart in every dialect.
             self.transcript.clear();

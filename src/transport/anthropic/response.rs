@@ -593,6 +593,85 @@ mod tests {
         );
     }
 
+    /// Each frame's data, parsed, after checking its `event:` line names its `type` (T13).
+    fn datas(text: &str) -> Vec<serde_json::Value> {
+        text.split("\n\n")
+            .filter(|f| !f.is_empty())
+            .map(|frame| {
+                let (event, data) = frame.split_once('\n').expect("two lines");
+                let data: serde_json::Value =
+                    serde_json::from_str(data.strip_prefix("data: ").expect("data line")).expect("JSON data");
+                assert_eq!(event.strip_prefix("event: "), data["type"].as_str(), "{frame}");
+                data
+            })
+            .collect()
+    }
+
+    #[test]
+    fn thinking_streams_as_a_thinking_block_closed_by_its_signature() {
+        let (text, _) = run(
+            &mut encoder(),
+            vec![
+                StreamEvent::Thinking(Thinking::Text("Let me".into())),
+                StreamEvent::Thinking(Thinking::Text(" see.".into())),
+                StreamEvent::Thinking(Thinking::Signature("sig==".into())),
+                StreamEvent::Thinking(Thinking::Redacted("opaque".into())),
+                StreamEvent::TextDelta("Yes.".into()),
+                StreamEvent::Thinking(Thinking::Text("More".into())),
+                StreamEvent::Finish {
+                    reason: FinishReason::Stop,
+                    envelope: Box::new(start()),
+                },
+            ],
+        );
+        let got = datas(&text);
+        let expected = serde_json::json!([
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me"}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": " see."}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "sig=="}},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": "opaque"}},
+            {"type": "content_block_stop", "index": 1},
+            {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Yes."}},
+            {"type": "content_block_stop", "index": 2},
+            {"type": "content_block_start", "index": 3, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+            {"type": "content_block_delta", "index": 3, "delta": {"type": "thinking_delta", "thinking": "More"}},
+            {"type": "content_block_stop", "index": 3},
+        ]);
+        assert_eq!(serde_json::Value::from(got[..13].to_vec()), expected);
+        assert_eq!(got[13]["type"], "message_delta");
+    }
+
+    #[test]
+    fn a_whole_message_shows_its_thinking_blocks_first_with_their_signatures() {
+        let answer = Answer {
+            text: "21.".into(),
+            thinking: vec![
+                ThinkingBlock::Thinking {
+                    text: "GCD".into(),
+                    signature: Some("sig".into()),
+                },
+                ThinkingBlock::Redacted("opaque".into()),
+            ],
+            extras: Vec::new(),
+            tool_calls: Vec::new(),
+            usage: None,
+            finish: FinishReason::Stop,
+            envelope: start(),
+        };
+        let json: serde_json::Value = serde_json::from_slice(&message_json("req_a", "chat", &answer)).expect("JSON");
+        assert_eq!(
+            json["content"],
+            serde_json::json!([
+                {"type": "thinking", "thinking": "GCD", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "21."},
+            ])
+        );
+    }
+
     #[test]
     fn stop_reasons_map_to_anthropic_values() {
         assert_eq!(stop_reason(FinishReason::Stop), "end_turn", "stop");

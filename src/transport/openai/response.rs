@@ -664,9 +664,17 @@ mod tests {
             model: Some("m\"odel\\é\u{1}".into()),
             ..start()
         };
+        let mut with_fields = encoder(false);
+        for (field, value) in [("service_tier", r#""de\"fault""#), ("system_fingerprint", r#""fp_1""#)] {
+            let StreamEvent::Extra(e) = extra(ExtraField::Chunk(field), value) else {
+                unreachable!()
+            };
+            with_fields.extra(*e, &mut Vec::new());
+        }
         for mut enc in [
             encoder(false),
             ChunkEncoder::new("req_\"q\n", "chat", u64::MAX, odd, false),
+            with_fields,
         ] {
             for text in [
                 "Hel\nlo",
@@ -740,6 +748,136 @@ mod tests {
     fn empty_text_delta_sends_nothing() {
         let (text, _) = run(&mut encoder(false), vec![StreamEvent::TextDelta(String::new())]);
         assert_eq!(text, "", "no empty content chunks");
+    }
+
+    fn extra(field: ExtraField, value: &str) -> StreamEvent {
+        let raw = RawValue::from_string(value.to_string()).expect("JSON");
+        StreamEvent::Extra(Box::new(Extra {
+            wire: Wire::OpenAi,
+            field,
+            value: RawJson::new(raw),
+        }))
+    }
+
+    fn chunks(text: &str) -> Vec<serde_json::Value> {
+        text.split("\n\n")
+            .filter_map(|f| f.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).expect("JSON chunk"))
+            .collect()
+    }
+
+    #[test]
+    fn route_fields_ride_on_every_chunk_from_the_first_that_has_them_and_logprobs_on_their_text() {
+        let logprobs =
+            r#"{"content":[{"token":"Hi","logprob":-0.5,"bytes":[72,105],"top_logprobs":[]}],"refusal":null}"#;
+        let mut enc = encoder(true);
+        let (text, _) = run(
+            &mut enc,
+            vec![
+                StreamEvent::TextDelta("a".into()),
+                extra(ExtraField::Chunk("system_fingerprint"), r#""fp_1""#),
+                extra(ExtraField::Chunk("service_tier"), r#""default""#),
+                extra(ExtraField::Logprobs, logprobs),
+                StreamEvent::TextDelta("Hi".into()),
+                StreamEvent::TextDelta("!".into()),
+                extra(ExtraField::Logprobs, logprobs),
+                StreamEvent::Usage(Usage::new(1, 2)),
+                StreamEvent::Finish {
+                    reason: FinishReason::Stop,
+                    envelope: Box::new(start()),
+                },
+            ],
+        );
+        let got = chunks(&text);
+        assert!(
+            got[0].get("system_fingerprint").is_none(),
+            "not before it came: {}",
+            got[0]
+        );
+        assert_eq!(got[0]["choices"][0]["logprobs"], serde_json::Value::Null);
+        for chunk in &got[1..] {
+            assert_eq!(chunk["system_fingerprint"], "fp_1", "{chunk}");
+            assert_eq!(chunk["service_tier"], "default", "{chunk}");
+        }
+        let expected: serde_json::Value = serde_json::from_str(logprobs).expect("JSON");
+        assert_eq!(got[1]["choices"][0]["delta"]["content"], "Hi");
+        assert_eq!(
+            got[1]["choices"][0]["logprobs"], expected,
+            "with the text it came before"
+        );
+        assert_eq!(got[2]["choices"][0]["logprobs"], serde_json::Value::Null, "once");
+        assert_eq!(got[3]["choices"][0]["delta"], serde_json::json!({}), "left over: alone");
+        assert_eq!(got[3]["choices"][0]["logprobs"], expected);
+        assert_eq!(got[4]["choices"][0]["finish_reason"], "stop");
+        assert_eq!(got.len(), 6, "and the usage chunk");
+        let order: Vec<&str> = text.lines().nth(2).map(|l| l.split(',').collect()).unwrap_or_default();
+        let at = |key: &str| order.iter().position(|f| f.contains(key));
+        assert!(
+            at("\"model\"") < at("service_tier") && at("service_tier") < at("system_fingerprint"),
+            "in OpenAI's order: {order:?}"
+        );
+    }
+
+    #[test]
+    fn thinking_text_is_reasoning_content_and_signatures_have_no_place() {
+        let (text, _) = run(
+            &mut encoder(false),
+            vec![
+                StreamEvent::Thinking(Thinking::Text("Let me see.".into())),
+                StreamEvent::Thinking(Thinking::Signature("sig".into())),
+                StreamEvent::Thinking(Thinking::Redacted("opaque".into())),
+                StreamEvent::TextDelta("Yes.".into()),
+            ],
+        );
+        let got = chunks(&text);
+        assert_eq!(got.len(), 2, "{text}");
+        assert_eq!(
+            got[0]["choices"][0]["delta"],
+            serde_json::json!({"reasoning_content": "Let me see."})
+        );
+        assert_eq!(got[1]["choices"][0]["delta"], serde_json::json!({"content": "Yes."}));
+    }
+
+    #[test]
+    fn a_whole_completion_joins_reasoning_and_logprobs_and_keeps_the_route_fields() {
+        let piece = |t: &str| {
+            let value = format!(
+                r#"{{"content":[{{"token":"{t}","logprob":-1.0,"bytes":[],"top_logprobs":[]}}],"refusal":null}}"#
+            );
+            let StreamEvent::Extra(e) = extra(ExtraField::Logprobs, &value) else {
+                unreachable!()
+            };
+            *e
+        };
+        let StreamEvent::Extra(fingerprint) = extra(ExtraField::Chunk("system_fingerprint"), r#""fp_9""#) else {
+            unreachable!()
+        };
+        let answer = Answer {
+            text: "ab".into(),
+            thinking: vec![ThinkingBlock::Thinking {
+                text: "hmm".into(),
+                signature: None,
+            }],
+            extras: vec![*fingerprint, piece("a"), piece("b")],
+            tool_calls: Vec::new(),
+            usage: None,
+            finish: FinishReason::Stop,
+            envelope: start(),
+        };
+        let json: serde_json::Value =
+            serde_json::from_slice(&completion_json("req_abc", "chat", 1, &answer)).expect("JSON");
+        assert_eq!(json["system_fingerprint"], "fp_9");
+        let choice = &json["choices"][0];
+        assert_eq!(choice["message"]["reasoning_content"], "hmm");
+        let tokens: Vec<&str> = choice["logprobs"]["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["token"].as_str())
+            .collect();
+        assert_eq!(tokens, ["a", "b"]);
+        assert_eq!(choice["logprobs"]["refusal"], serde_json::Value::Null);
     }
 
     #[test]
