@@ -30,6 +30,11 @@
 //!   dropped (or, when text is glued after the key's end, "…WXYZ.", only the key's rest). A restart starts from nothing and needs no context. Tool calls never cross a
 //!   seam: a partial call is never forwarded, and no continuation follows a call.
 //!
+//! Log-probabilities (`ExtraField::Logprobs`) spell the answer's tokens again, and cannot be
+//! held back and cut as text is: once the tokens they list (joined, after the end of those
+//! before) hold a key, or end with what could be a key's start, they and every later list of
+//! the attempt are dropped (`LogprobsGuard`).
+//!
 //! With no key registered (the simulated routes) the stream is returned as is.
 
 use std::pin::Pin;
@@ -42,7 +47,7 @@ use super::error::{
     registered_spans, replace_spans, rest_of_registered, FRAGMENT_CHARS, REDACTED,
 };
 use super::{Delta, DeltaStream, ProviderError, ToolFragment};
-use crate::types::Thinking;
+use crate::types::{Extra, ExtraField, Thinking};
 
 /// The shortest end of a piece held back as the possible start of a key.
 const HOLD_MIN: usize = 4;
@@ -64,9 +69,62 @@ pub fn scrub(stream: DeltaStream, committed: &str) -> DeltaStream {
         inner: stream,
         channel,
         state,
+        logprobs: LogprobsGuard::default(),
         queued: None,
         done: false,
     })
+}
+
+/// Passes an attempt's logprobs while the tokens they spell hold no key (see the module's
+/// docs); after the first that might, none.
+#[derive(Debug, Default)]
+struct LogprobsGuard {
+    /// The end of the tokens passed so far, as for text (`CONTEXT_BYTES`).
+    context: String,
+    closed: bool,
+}
+
+impl LogprobsGuard {
+    fn pass(&mut self, logprobs: &Extra) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Token {
+            #[serde(default)]
+            token: String,
+            #[serde(default)]
+            top_logprobs: Vec<TopToken>,
+        }
+        #[derive(serde::Deserialize)]
+        struct TopToken {
+            #[serde(default)]
+            token: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Lists {
+            #[serde(default)]
+            content: Option<Vec<Token>>,
+            #[serde(default)]
+            refusal: Option<Vec<Token>>,
+        }
+        if self.closed {
+            return false;
+        }
+        let Ok(lists) = serde_json::from_str::<Lists>(logprobs.value.text()) else {
+            // Not the shape this reads: what it holds cannot be checked.
+            self.closed = true;
+            return false;
+        };
+        let tokens: Vec<Token> = lists.content.into_iter().chain(lists.refusal).flatten().collect();
+        let alternatives = tokens.iter().flat_map(|t| &t.top_logprobs).map(|t| t.token.as_str());
+        let mut joined = std::mem::take(&mut self.context);
+        joined.extend(tokens.iter().map(|t| t.token.as_str()));
+        let safe = registered_spans(&joined).is_empty()
+            && fragment_start_at_end(&joined, HOLD_MIN) == 0
+            && alternatives.clone().all(|t| registered_spans(t).is_empty());
+        let keep = CONTEXT_BYTES.min(joined.len());
+        self.context = joined[ceil_boundary(&joined, joined.len() - keep)..].to_string();
+        self.closed = !safe;
+        safe
+    }
 }
 
 /// The end of `committed` that `scrub` searches with: what a carry keeps of passed text.
@@ -211,6 +269,7 @@ struct Scrubbed {
     inner: DeltaStream,
     channel: Option<Channel>,
     state: Carry,
+    logprobs: LogprobsGuard,
     /// A delta that follows a flushed one.
     queued: Option<Result<Delta, ProviderError>>,
     done: bool,
@@ -246,6 +305,9 @@ impl Scrubbed {
             // A usage figure or an extra (the logprobs each text delta follows) between two
             // pieces of text ends neither: a key split around it is still one key. (A
             // thinking block's signature is opaque ciphertext, as a redacted block is.)
+            Delta::Extra(e) if e.field == ExtraField::Logprobs => {
+                return (None, self.logprobs.pass(&e).then_some(delta));
+            }
             Delta::Usage(_) | Delta::Extra(_) => return (None, Some(delta)),
             _ => None,
         };
@@ -372,6 +434,58 @@ mod tests {
         let mut out: Vec<Delta> = parts.iter().map(|p| Delta::Text((*p).to_string())).collect();
         out.push(Delta::Finish(FinishReason::Stop));
         out
+    }
+
+    fn logprobs(tokens: &[&str]) -> Delta {
+        let list: Vec<_> = tokens
+            .iter()
+            .map(|t| serde_json::json!({"token": t, "logprob": -0.1, "bytes": [], "top_logprobs": []}))
+            .collect();
+        let value = serde_json::json!({"content": list, "refusal": null}).to_string();
+        Delta::Extra(Box::new(Extra {
+            wire: crate::types::Wire::OpenAi,
+            field: ExtraField::Logprobs,
+            value: crate::types::RawJson::new(serde_json::value::RawValue::from_string(value).expect("JSON")),
+        }))
+    }
+
+    #[tokio::test]
+    async fn logprobs_that_spell_a_key_are_dropped_from_the_first_that_might_and_text_stays_whole() {
+        let (a, b) = KEY.split_at(KEY.len() / 2);
+        let out = run(vec![
+            logprobs(&["my", " key"]),
+            Delta::Text("my key".into()),
+            logprobs(&[" is ", a]),
+            Delta::Text(format!(" is {a}")),
+            logprobs(&[b]),
+            Delta::Text(b.to_string()),
+            logprobs(&[" ok"]),
+            Delta::Text(" ok".into()),
+            Delta::Finish(FinishReason::Stop),
+        ])
+        .await;
+        let passed: Vec<&Delta> = out.iter().filter(|d| matches!(d, Delta::Extra(_))).collect();
+        assert_eq!(
+            passed,
+            [&logprobs(&["my", " key"])],
+            "only the list before the key: {out:?}"
+        );
+        let text: String = out
+            .iter()
+            .filter_map(|d| match d {
+                Delta::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_no_key_piece("text", &text);
+        assert!(text.starts_with("my key is ") && text.ends_with(" ok"), "{text}");
+        let clean = run(vec![
+            logprobs(&["fine"]),
+            Delta::Text("fine".into()),
+            Delta::Finish(FinishReason::Stop),
+        ])
+        .await;
+        assert_eq!(clean[0], logprobs(&["fine"]), "a list without a key passes as sent");
     }
 
     #[tokio::test]

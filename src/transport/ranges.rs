@@ -10,6 +10,7 @@
 //! | OpenAI (and the native requests, which are OpenAI-shaped) | `temperature` | 0..=2 |
 //! | | `top_p` | 0..=1 |
 //! | | `presence_penalty`, `frequency_penalty` | -2..=2 |
+//! | | `top_logprobs` (kept as the client sent it) | integer 0..=20 |
 //! | Anthropic | `temperature`, `top_p` | 0..=1 |
 //!
 //! A value that is not finite never passes (JSON has none, but a decoded request is checked,
@@ -32,7 +33,43 @@ pub fn openai(req: ChatRequest) -> Result<ChatRequest, DecodeError> {
             return Err(refused);
         }
     }
+    if let Some(raw) = req.verbatim.as_deref().and_then(|v| v.field("top_logprobs")) {
+        top_logprobs(raw.text())?;
+    }
     Ok(req)
+}
+
+/// OpenAI's check of `top_logprobs`: an integer from 0 to 20 (`null` is no value).
+fn top_logprobs(raw: &str) -> Result<(), DecodeError> {
+    const PARAM: &str = "top_logprobs";
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(raw) else {
+        return Ok(()); // the decoder parsed the body: unreachable in practice
+    };
+    if value.is_null() {
+        return Ok(());
+    }
+    let Some(n) = value.as_i64() else {
+        return Err(DecodeError::new(
+            PARAM,
+            format!("Invalid type for '{PARAM}': expected an integer, but got {value} instead."),
+        )
+        .with_code("invalid_type"));
+    };
+    if n > 20 {
+        return Err(DecodeError::new(
+            PARAM,
+            format!("Invalid '{PARAM}': integer above maximum value. Expected a value <= 20, but got {n} instead."),
+        )
+        .with_code("integer_above_max_value"));
+    }
+    if n < 0 {
+        return Err(DecodeError::new(
+            PARAM,
+            format!("Invalid '{PARAM}': integer below minimum value. Expected a value >= 0, but got {n} instead."),
+        )
+        .with_code("integer_below_min_value"));
+    }
+    Ok(())
 }
 
 /// `req`, if its sampling parameters are within Anthropic's ranges; else Anthropic's 400
@@ -98,6 +135,41 @@ mod tests {
             temperature: Some(t),
             ..Sampling::default()
         })
+    }
+
+    #[test]
+    fn top_logprobs_is_an_integer_from_0_to_20() {
+        let with_top = |raw: &str| {
+            let value = serde_json::value::RawValue::from_string(raw.to_string()).expect("JSON");
+            ChatRequest {
+                verbatim: Some(std::sync::Arc::new(crate::types::Verbatim {
+                    wire: crate::types::Wire::OpenAi,
+                    fields: vec![("top_logprobs".into(), crate::types::RawJson::new(value))],
+                    headers: Vec::new(),
+                })),
+                ..ChatRequest::default()
+            }
+        };
+        for ok in ["0", "20", "5", "null"] {
+            assert!(openai(with_top(ok)).is_ok(), "{ok}");
+        }
+        let e = openai(with_top("21")).expect_err("over 20");
+        assert_eq!(
+            (e.param.as_deref(), e.message.as_str(), e.code),
+            (
+                Some("top_logprobs"),
+                "Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20, but got 21 instead.",
+                Some("integer_above_max_value")
+            )
+        );
+        assert_eq!(
+            openai(with_top("-1")).expect_err("under 0").code,
+            Some("integer_below_min_value")
+        );
+        assert_eq!(
+            openai(with_top("2.5")).expect_err("not an integer").code,
+            Some("invalid_type")
+        );
     }
 
     #[test]
