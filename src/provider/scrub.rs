@@ -306,7 +306,7 @@ impl Scrubbed {
             // pieces of text ends neither: a key split around it is still one key. (A
             // thinking block's signature is opaque ciphertext, as a redacted block is.)
             Delta::Extra(e) if e.field == ExtraField::Logprobs => {
-                return (None, self.logprobs.pass(&e).then_some(delta));
+                return (None, self.logprobs.pass(e).then_some(delta));
             }
             Delta::Usage(_) | Delta::Extra(_) => return (None, Some(delta)),
             _ => None,
