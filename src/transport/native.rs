@@ -197,6 +197,7 @@ impl ServerMessage {
                 let field = match extra.field {
                     ExtraField::Chunk(name) => name,
                     ExtraField::Logprobs => "logprobs",
+                    ExtraField::Refusal => "refusal",
                 };
                 let msg = ServerMessage::Extra {
                     id,

@@ -52,6 +52,9 @@ pub enum ExtraField {
     /// The log-probabilities of the text that follows (OpenAI `choices[0].logprobs`: its
     /// `content` and `refusal` token lists).
     Logprobs,
+    /// From here on the answer's text is the route's refusal (OpenAI `delta.refusal`), said
+    /// once, before its first text; the value is `true`.
+    Refusal,
 }
 
 impl Extra {

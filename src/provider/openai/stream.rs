@@ -123,6 +123,10 @@ impl ChunkDecoder {
             out.push(Delta::Text(text.into_string()));
         }
         if let Some(text) = delta.refusal.filter(|t| !t.is_empty()) {
+            if !self.refused {
+                let marker = RawValue::from_string("true".to_owned()).ok();
+                out.extend(marker.map(|m| extra(ExtraField::Refusal, &m)));
+            }
             self.refused = true;
             out.push(Delta::Text(text.into_string()));
         }

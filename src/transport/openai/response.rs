@@ -73,6 +73,15 @@ impl RouteFields {
     }
 }
 
+/// The finish of an answer whose route said it refuses (`ExtraField::Refusal`) is OpenAI's
+/// own: `stop`, the refusal in its `refusal` field. Otherwise `finish_reason`.
+fn refusal_finish(reason: FinishReason, refused: bool) -> &'static str {
+    match reason {
+        FinishReason::Refusal if refused => "stop",
+        other => finish_reason(other),
+    }
+}
+
 #[derive(Serialize)]
 struct ChunkChoice<'a> {
     index: u32,
@@ -91,6 +100,8 @@ struct ChunkDelta<'a> {
     /// read (`docs/dialects.md`).
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[WireToolCall<'a>; 1]>,
 }
@@ -244,6 +255,9 @@ pub struct ChunkEncoder {
     fields: RouteFields,
     /// Log-probabilities for the next text (`ExtraField::Logprobs`), sent with it.
     logprobs: Option<RawJson>,
+    /// The route said its text is a refusal (`ExtraField::Refusal`): it goes as
+    /// `delta.refusal`, and the answer ends with `stop`, as OpenAI ends one.
+    refusal: bool,
     /// A text delta's frame up to its content, the same all through the stream: `data: `,
     /// then `Chunk` with `id`, `object`, `created`, `model` and one choice's delta opened at
     /// `"content":`. A delta's frame is this, the text as a JSON string and `TEXT_TAIL`: the
@@ -266,6 +280,7 @@ impl ChunkEncoder {
             frames: Frames::default(),
             fields: RouteFields::default(),
             logprobs: None,
+            refusal: false,
         }
     }
 
@@ -274,6 +289,8 @@ impl ChunkEncoder {
     fn extra(&mut self, extra: Extra, out: &mut Vec<Bytes>) {
         if self.fields.take(&extra) {
             self.text_head = text_head(&self.id, self.created, &self.model, &self.fields);
+        } else if extra.wire == Wire::OpenAi && extra.field == ExtraField::Refusal {
+            self.refusal = true;
         } else if extra.wire == Wire::OpenAi && extra.field == ExtraField::Logprobs {
             // Two in a row (their text was held or swallowed between): the first goes alone.
             self.flush_logprobs(out);
@@ -312,7 +329,7 @@ impl ChunkEncoder {
         // Every reason is a plain ASCII word: nothing in it to escape.
         let mut mid = Vec::with_capacity(64);
         mid.extend_from_slice(b"},\"logprobs\":null,\"finish_reason\":\"");
-        mid.extend_from_slice(finish_reason(reason).as_bytes());
+        mid.extend_from_slice(refusal_finish(reason, self.refusal).as_bytes());
         mid.extend_from_slice(b"\"}],\"tailcut\":");
         let open = &self.text_head[..self.text_head.len() - CONTENT_KEY.len()];
         self.frames.around_json(open, &mid, envelope, b"}\n\n")
@@ -346,16 +363,22 @@ impl ChunkEncoder {
     /// A text delta's frame: only the text is encoded (see `text_head`), unless logprobs go
     /// with it.
     fn text_frame(&mut self, text: &str) -> Bytes {
-        match self.logprobs.take() {
-            None => self.frames.around_str(&self.text_head, text, TEXT_TAIL),
-            Some(logprobs) => {
-                let delta = ChunkDelta {
-                    content: Some(text),
-                    ..ChunkDelta::default()
-                };
-                self.delta_frame(delta, Some(logprobs.raw()))
-            }
+        let logprobs = self.logprobs.take();
+        if logprobs.is_none() && !self.refusal {
+            return self.frames.around_str(&self.text_head, text, TEXT_TAIL);
         }
+        let delta = if self.refusal {
+            ChunkDelta {
+                refusal: Some(text),
+                ..ChunkDelta::default()
+            }
+        } else {
+            ChunkDelta {
+                content: Some(text),
+                ..ChunkDelta::default()
+            }
+        };
+        self.delta_frame(delta, logprobs.as_ref().map(RawJson::raw))
     }
 
     /// A chunk of one delta, serialized whole, in the stream's frame buffer.
@@ -523,7 +546,7 @@ struct CompletionChoice<'a> {
 struct CompletionMessage<'a> {
     role: &'static str,
     content: Option<&'a str>,
-    refusal: Option<()>,
+    refusal: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
@@ -572,10 +595,16 @@ impl Logprobs {
 
 /// The non-streaming `chat.completion` body.
 pub fn completion_json(request_id: &str, alias: &str, created: u64, answer: &Answer) -> Vec<u8> {
-    let content = if answer.text.is_empty() && !answer.tool_calls.is_empty() {
-        None
+    let refused = answer
+        .extras
+        .iter()
+        .any(|e| e.wire == Wire::OpenAi && e.field == ExtraField::Refusal);
+    let (content, refusal) = if refused {
+        (None, Some(answer.text.as_str()))
+    } else if answer.text.is_empty() && !answer.tool_calls.is_empty() {
+        (None, None)
     } else {
-        Some(answer.text.as_str())
+        (Some(answer.text.as_str()), None)
     };
     let mut fields = RouteFields::default();
     for extra in &answer.extras {
@@ -592,12 +621,12 @@ pub fn completion_json(request_id: &str, alias: &str, created: u64, answer: &Ans
             message: CompletionMessage {
                 role: "assistant",
                 content,
-                refusal: None,
+                refusal,
                 reasoning_content: ThinkingBlock::joined_text(&answer.thinking),
                 tool_calls: answer.tool_calls.iter().map(|c| WireToolCall::new(c, false)).collect(),
             },
             logprobs: Logprobs::joined(&answer.extras),
-            finish_reason: finish_reason(answer.finish),
+            finish_reason: refusal_finish(answer.finish, refused),
         }],
         usage: answer.usage.map(OpenAiUsage::from),
         tailcut: &answer.envelope,
@@ -817,6 +846,49 @@ mod tests {
             at("\"model\"") < at("service_tier") && at("service_tier") < at("system_fingerprint"),
             "in OpenAI's order: {order:?}"
         );
+    }
+
+    #[test]
+    fn a_routes_refusal_is_openais_own_refusal_field_and_stop() {
+        let events = || {
+            vec![
+                extra(ExtraField::Refusal, "true"),
+                StreamEvent::TextDelta("I can't".into()),
+                StreamEvent::TextDelta(" help.".into()),
+                StreamEvent::Finish {
+                    reason: FinishReason::Refusal,
+                    envelope: Box::new(start()),
+                },
+            ]
+        };
+        let (text, _) = run(&mut encoder(false), events());
+        let got = chunks(&text);
+        assert_eq!(got[0]["choices"][0]["delta"], serde_json::json!({"refusal": "I can't"}));
+        assert_eq!(got[1]["choices"][0]["delta"], serde_json::json!({"refusal": " help."}));
+        assert_eq!(got[2]["choices"][0]["finish_reason"], "stop");
+        let StreamEvent::Extra(marker) = extra(ExtraField::Refusal, "true") else {
+            unreachable!()
+        };
+        let answer = Answer {
+            text: "I can't help.".into(),
+            thinking: Vec::new(),
+            extras: vec![*marker],
+            tool_calls: Vec::new(),
+            usage: None,
+            finish: FinishReason::Refusal,
+            envelope: start(),
+        };
+        let json: serde_json::Value =
+            serde_json::from_slice(&completion_json("req_abc", "chat", 1, &answer)).expect("JSON");
+        let choice = &json["choices"][0];
+        assert_eq!(choice["message"]["refusal"], "I can't help.");
+        assert_eq!(choice["message"]["content"], serde_json::Value::Null);
+        assert_eq!(choice["finish_reason"], "stop");
+        // A refusal from a route of another wire keeps tailcut's mapping.
+        let (text, _) = run(&mut encoder(false), events().split_off(1));
+        let got = chunks(&text);
+        assert_eq!(got[0]["choices"][0]["delta"], serde_json::json!({"content": "I can't"}));
+        assert_eq!(got[2]["choices"][0]["finish_reason"], "content_filter");
     }
 
     #[test]
