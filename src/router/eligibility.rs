@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use super::fidelity::CrossWire;
 use super::requirements::Requirements;
 use super::tokens::{Counter, PromptSize, PromptTokens};
 use crate::config::{floor_for, Config, RouteConfig, Wire};
@@ -77,6 +78,8 @@ pub struct Eligibility<'a> {
     /// The task the quality floor applies to.
     pub task: String,
     pub floor: Option<f64>,
+    /// What a route of another wire would lose of the request.
+    cross: CrossWire,
 }
 
 impl<'a> Eligibility<'a> {
@@ -94,6 +97,7 @@ impl<'a> Eligibility<'a> {
             prompt,
             task,
             floor,
+            cross: CrossWire::of(req),
         }
     }
 
@@ -103,6 +107,9 @@ impl<'a> Eligibility<'a> {
         self.residency(route, &mut out);
         self.pool(route, &mut out);
         self.capabilities(route, &mut out);
+        if let Some(why) = self.cross.refusal(route.wire) {
+            out.push(Ineligible::new(ExclusionCode::Fidelity, why));
+        }
         self.size(route, &mut out);
         self.quality(route, &mut out);
         out

@@ -15,6 +15,7 @@
 
 mod eligibility;
 mod families;
+mod fidelity;
 mod plan;
 mod ranking;
 mod requirements;
@@ -23,6 +24,7 @@ mod testkit;
 mod tokens;
 
 pub use eligibility::{count_prompt, describe as describe_exclusions, Eligibility, Ineligible, DEFAULT_OUTPUT_RESERVE};
+pub use fidelity::CrossWire;
 pub use plan::{model_routes, plan, plan_over, plan_with, LeaseLookup, RouteError, Snapshot};
 pub use ranking::{rank, Ranked};
 pub use requirements::{apply_tenant, tenant_defaults, Requirements, DEFAULT_TASK};

@@ -81,6 +81,10 @@ pub struct Envelope {
     /// On a WebSocket `session`: which turns of its kept history the request carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<Box<HistoryInfo>>,
+    /// The client's fields the serving route, of another wire, did not receive (they change
+    /// no answer's meaning: `router::fidelity`), in the client's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<Box<str>>,
 }
 
 /// The history a WebSocket session projected into one request (docs/ws-protocol.md).

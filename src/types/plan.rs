@@ -142,6 +142,9 @@ pub enum ExclusionCode {
     ContextLength,
     /// Below the quality floor for the request's task.
     QualityFloor,
+    /// Speaks another wire than the client's, which cannot carry something the answer
+    /// depends on (logprobs, signed thinking, documents, audio: `router::fidelity`).
+    Fidelity,
 }
 
 impl ExclusionCode {
@@ -154,6 +157,7 @@ impl ExclusionCode {
             ExclusionCode::MaxOutput => "max_output",
             ExclusionCode::ContextLength => "context_length",
             ExclusionCode::QualityFloor => "quality_floor",
+            ExclusionCode::Fidelity => "fidelity",
         }
     }
 }

@@ -278,6 +278,10 @@ impl Run {
         self.moves_committed(&winner.route);
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());
+        self.env.dropped = match self.route_config(&winner.route) {
+            Some(r) => crate::router::CrossWire::of(&self.req).dropped_by(r.wire).to_vec(),
+            None => Vec::new(),
+        };
         // Shadows are for any request a second upstream may safely see.
         if !self.side_effecting() {
             if let Some(next) = self.routes.next_other(&winner.route) {
