@@ -15,7 +15,9 @@ const CONFIG: &str = "[server]\nlisten = \"127.0.0.1:0\"\nsse_keepalive_ms = 600
     [[routes]]\nname = \"oa\"\nprovider = \"simulated\"\nwire = \"openai\"\nscenario = \"quick\"\nmodel = \"up-gpt\"\nlevel = \"L1\"\n\
     [[routes]]\nname = \"an\"\nprovider = \"simulated\"\nwire = \"anthropic\"\nscenario = \"quick\"\nmodel = \"up-claude\"\nlevel = \"L0\"\n\
     [models.anthropic-only]\nroutes = [\"an\"]\n[models.openai-only]\nroutes = [\"oa\"]\n\
-    [models.both]\nroutes = [\"an\", \"oa\"]\n";
+    [models.both]\nroutes = [\"an\", \"oa\"]\n\
+    [[routes]]\nname = \"o4\"\nprovider = \"simulated\"\nwire = \"openai\"\nscenario = \"quick\"\nmodel = \"o4-mini\"\nlevel = \"L0\"\n\
+    [models.reasoning]\nroutes = [\"o4\"]\n[models.reasoning-or-not]\nroutes = [\"o4\", \"oa\"]\n";
 
 async fn openai(server: &Running, body: Value) -> (u16, Value) {
     let resp = client()
@@ -123,4 +125,26 @@ async fn anthropic_thinking_and_documents_need_an_anthropic_route() {
     .await;
     assert_eq!(status, 200, "a route of its own wire takes it: {body}");
     assert_eq!(body["tailcut"]["route"], "an");
+}
+
+#[tokio::test]
+async fn a_field_the_routes_model_refuses_makes_it_ineligible_and_one_it_drops_is_noted() {
+    let server = start(CONFIG).await;
+    // o4-mini returns no logprobs: the route after it serves.
+    let ask = |model: &str| json!({"model": model, "messages": hi(), "logprobs": true, "max_completion_tokens": 50});
+    let (status, body) = openai(&server, ask("reasoning-or-not")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["tailcut"]["route"], "oa", "{body}");
+    let (status, body) = openai(&server, ask("reasoning")).await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("refuses logprobs"), "{message}");
+    // A sampling field a reasoning model refuses changes no answer's meaning: not sent, noted.
+    let (status, body) = openai(
+        &server,
+        json!({"model": "reasoning", "messages": hi(), "temperature": 0.3, "max_completion_tokens": 50}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["tailcut"]["dropped"], json!(["temperature"]), "{body}");
 }

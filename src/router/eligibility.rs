@@ -110,6 +110,12 @@ impl<'a> Eligibility<'a> {
         if let Some(why) = self.cross.refusal(route.wire) {
             out.push(Ineligible::new(ExclusionCode::Fidelity, why));
         }
+        if let Some(field) = self.cross.refused_by(self.req, route.wire, &route.rules) {
+            out.push(Ineligible::new(
+                ExclusionCode::Fidelity,
+                format!("its model {} refuses {field}", route.model),
+            ));
+        }
         self.size(route, &mut out);
         self.quality(route, &mut out);
         out

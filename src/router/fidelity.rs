@@ -19,7 +19,7 @@
 //! | | `mcp_servers`, `container` | not eligible: run by Anthropic itself |
 //! | | every other field the typed view does not carry (`metadata`, `top_k`, `service_tier`, ...) and `cache_control` anywhere | dropped with a note |
 
-use crate::types::{ChatRequest, Wire};
+use crate::types::{ChatRequest, ModelRules, Wire};
 
 /// The top-level fields each client wire's typed view carries to a route of the other wire
 /// (mapped, `docs/dialects.md` "Cross-provider translation").
@@ -160,12 +160,33 @@ impl CrossWire {
         Some(format!("needs an {wire}-wire route for {}", reasons.join(", ")))
     }
 
-    /// What a route of `route_wire` drops of the request (nothing on the client's own wire).
-    pub fn dropped_by(&self, route_wire: Wire) -> &[Box<str>] {
-        match self.wire {
-            Some(w) if w != route_wire => &self.dropped,
-            _ => &[],
+    /// What a route of `route_wire` drops of the request: on another wire, every field its
+    /// typed view does not carry; on the client's own, the fields its model's `rules` drop.
+    pub fn dropped_by(&self, req: &ChatRequest, route_wire: Wire, rules: &ModelRules) -> Vec<Box<str>> {
+        match (self.wire, req.verbatim.as_deref()) {
+            (Some(w), _) if w != route_wire => self.dropped.clone(),
+            (Some(_), Some(v)) => v
+                .fields
+                .iter()
+                .filter(|(name, _)| rules.drops.contains(name))
+                .map(|(name, _)| name.clone())
+                .collect(),
+            _ => Vec::new(),
         }
+    }
+
+    /// The first field the client sent that the route's model refuses (`ModelRules::refuses`:
+    /// the answer depends on it), on the client's own wire; another wire's are `refusal`'s.
+    pub fn refused_by<'r>(&self, req: &ChatRequest, route_wire: Wire, rules: &'r ModelRules) -> Option<&'r str> {
+        let v = req.verbatim.as_deref().filter(|v| v.wire == route_wire)?;
+        rules
+            .refuses
+            .iter()
+            .find(|name| {
+                v.field(name)
+                    .is_some_and(|raw| !matches!(raw.text().trim(), "null" | "false"))
+            })
+            .map(|name| &**name)
     }
 }
 
@@ -207,11 +228,21 @@ mod tests {
         assert_eq!(cross.refusal(Wire::OpenAi), None, "its own wire takes it as sent");
         // (The test's fields come in key order: `request` builds them from a map.)
         assert_eq!(cross.dropped, [Box::from("seed"), Box::from("store")]);
-        assert!(cross.dropped_by(Wire::OpenAi).is_empty());
-        let plain = CrossWire::of(&request(Wire::OpenAi, r#"{"model":"m","logprobs":false,"user":"u"}"#));
-        assert_eq!(plain.refusal(Wire::Anthropic), None, "logprobs: false asks nothing");
+        let plain_rules = ModelRules::for_model(Wire::OpenAi, "gpt-4o-mini");
+        assert!(cross.dropped_by(&req, Wire::OpenAi, &plain_rules).is_empty());
+        let reasoning = ModelRules::for_model(Wire::OpenAi, "o4-mini");
         assert_eq!(
-            plain.dropped_by(Wire::Anthropic),
+            cross.dropped_by(&req, Wire::OpenAi, &reasoning),
+            [Box::from("temperature")]
+        );
+        assert_eq!(cross.refused_by(&req, Wire::OpenAi, &reasoning), Some("logprobs"));
+        assert_eq!(cross.refused_by(&req, Wire::OpenAi, &plain_rules), None);
+        let plain_req = request(Wire::OpenAi, r#"{"model":"m","logprobs":false,"user":"u"}"#);
+        let plain = CrossWire::of(&plain_req);
+        assert_eq!(plain.refusal(Wire::Anthropic), None, "logprobs: false asks nothing");
+        assert_eq!(plain.refused_by(&plain_req, Wire::OpenAi, &reasoning), None);
+        assert_eq!(
+            plain.dropped_by(&plain_req, Wire::Anthropic, &plain_rules),
             [Box::from("logprobs"), Box::from("user")]
         );
     }

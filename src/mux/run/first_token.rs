@@ -279,7 +279,7 @@ impl Run {
         self.env.route = Some(winner.route.to_string());
         self.env.model = Some(winner.model.to_string());
         self.env.dropped = match self.route_config(&winner.route) {
-            Some(r) => crate::router::CrossWire::of(&self.req).dropped_by(r.wire).to_vec(),
+            Some(r) => crate::router::CrossWire::of(&self.req).dropped_by(&self.req, r.wire, &r.rules),
             None => Vec::new(),
         };
         // Shadows are for any request a second upstream may safely see.
