@@ -63,10 +63,12 @@ fn request(model: &str, tools: bool) -> ChatRequest {
     req
 }
 
-/// The neutral events with what legitimately differs per route (envelope, ids) blanked.
+/// The neutral events with what legitimately differs per route (envelope, ids) blanked, and
+/// the extras left out: they are each wire's own fields, for its own clients only.
 fn normalized(events: Vec<StreamEvent>) -> Vec<String> {
     events
         .into_iter()
+        .filter(|e| !matches!(e, StreamEvent::Extra(_)))
         .map(|e| match e {
             StreamEvent::Start(_) => "start".to_string(),
             StreamEvent::TextDelta(t) => format!("text:{t}"),

@@ -548,3 +548,43 @@ async fn no_continuation_goes_to_an_anthropic_route_asked_to_think() {
     let evs = collect(&gw, req(), native()).await;
     assert_eq!(seen.prefills("b"), [Some("The sky".to_string())], "{:?}", kinds(&evs));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_answer_is_billed_both_attempts_and_told_the_new_ones_usage() {
+    let mut b = match answer(50, &["Fresh", " answer."]) {
+        Script::Stream(steps) => steps,
+        _ => unreachable!(),
+    };
+    b.push(Step::D(tailcut::provider::Delta::Usage(tailcut::types::Usage::new(
+        9, 2,
+    ))));
+    let extra = "[policies]\nprose = [\"restart\", \"truncate\"]\n";
+    let (gw, _) = gateway(
+        &toml(&[("a", "L0"), ("b", "L1")], extra),
+        vec![("a", dropped_after(&["Old", " words"])), ("b", Script::Stream(b))],
+    );
+    let mut ask = req();
+    ask.include_usage = true;
+    let evs = collect(&gw, ask, native()).await;
+    assert_eq!(final_text(&evs), "Fresh answer.", "{:?}", kinds(&evs));
+    let usage = evs.iter().find_map(|e| match e {
+        StreamEvent::Usage(u) => Some(*u),
+        _ => None,
+    });
+    assert_eq!(
+        usage,
+        Some(tailcut::types::Usage::new(9, 2)),
+        "only the answer the client kept"
+    );
+    let billed = &envelope(&evs).expect("an envelope").attempt_usage;
+    assert_eq!(billed.len(), 2, "{billed:?}");
+    assert!(
+        billed[0].estimated && !billed[0].in_answer && billed[0].route == "a",
+        "{billed:?}"
+    );
+    assert!(
+        billed[0].usage.output_tokens > 0,
+        "the replaced words were billed: {billed:?}"
+    );
+    assert!(!billed[1].estimated && billed[1].in_answer, "{billed:?}");
+}

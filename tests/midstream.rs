@@ -428,9 +428,41 @@ async fn a_continuation_asks_only_for_what_is_left_of_max_tokens_and_usage_count
         "{whole}"
     );
     assert_eq!(whole["usage"]["completion_tokens"], 10, "{whole}");
+    // The usage adds up: each attempt's tokens are listed, and the client's usage is their
+    // sum. The cut attempt never reported its own: it is estimated (the prompt it was sent,
+    // with the per-message framing, and the four words the client got).
+    let billed = whole["tailcut"]["attempt_usage"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(billed.len(), 2, "{whole}");
     assert_eq!(
-        whole["usage"]["prompt_tokens"], 2,
-        "the client's prompt (two words), not the partial answer the continuation was also sent: {whole}"
+        (&billed[0]["route"], &billed[0]["estimated"]),
+        (&json!("a"), &json!(true)),
+        "{whole}"
+    );
+    assert_eq!(billed[0]["usage"]["output_tokens"], 4, "{whole}");
+    assert_eq!(billed[1]["route"], "b");
+    assert_eq!(
+        billed[1].get("estimated"),
+        None,
+        "the continuation reported its own: {whole}"
+    );
+    assert_eq!(
+        billed[1]["usage"]["input_tokens"], 6,
+        "the continuation was billed its prompt and the four words it carried on from: {whole}"
+    );
+    assert!(billed.iter().all(|b| b["in_answer"] == true), "{whole}");
+    let sum = |key: &str| billed.iter().filter_map(|b| b["usage"][key].as_u64()).sum::<u64>();
+    assert_eq!(
+        whole["usage"]["prompt_tokens"].as_u64(),
+        Some(sum("input_tokens")),
+        "{whole}"
+    );
+    assert_eq!(
+        whole["usage"]["completion_tokens"].as_u64(),
+        Some(sum("output_tokens")),
+        "{whole}"
     );
 }
 

@@ -201,6 +201,14 @@ impl<'a> PromptSize<'a> {
         })
     }
 
+    /// The prompt's tokens with `counter`, counted whatever the budget (the estimate for
+    /// `Counter::Estimate`): for billing an attempt cut before its route said.
+    pub fn tokens(&self, counter: Counter) -> u64 {
+        // At the lower bound as the budget, only a count can decide.
+        let lower = self.bytes / MAX_BYTES_PER_TOKEN + self.overhead;
+        self.measure(counter, lower).0
+    }
+
     /// Measures against every `(counter, budget)` a plan will ask about (tokenizing only where
     /// a budget falls between the bounds) and keeps the figures.
     pub fn count(&self, asks: impl IntoIterator<Item = (Counter, u64)>) -> PromptTokens {

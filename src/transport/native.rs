@@ -1,5 +1,5 @@
-//! The native dialect's server messages (`start`, `delta`, `thinking`, `extra`, `tool_call`,
-//! `reset`, `route_switch`, `usage`, `done`, `error`), shared by the WebSocket and native SSE
+//! The native dialect's server messages (`start`, `delta`, `thinking`, `tool_call`, `reset`,
+//! `route_switch`, `usage`, `done`, `error`), shared by the WebSocket and native SSE
 //! transports. Unlike the SDK dialects it can say everything: resets, route switches and
 //! truncation are first-class.
 
@@ -9,8 +9,7 @@ use super::decode_error::DecodeError;
 use super::error::ErrorReply;
 use crate::gateway::GatewayError;
 use crate::types::{
-    Envelope, ErrorEvent, ExtraField, FinishReason, Level, RawJson, RequestCtx, ResponseType, StreamEvent, Thinking,
-    ToolCall, Usage, Wire,
+    Envelope, ErrorEvent, FinishReason, Level, RequestCtx, ResponseType, StreamEvent, Thinking, ToolCall, Usage,
 };
 
 /// One server-to-client message, tagged by `type`, carrying the request's `id`.
@@ -39,14 +38,6 @@ pub enum ServerMessage {
         signature: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         redacted: Option<String>,
-    },
-    /// A field of the route's answer in its own wire's terms: `logprobs`, or a chunk field
-    /// such as `system_fingerprint`, with its value as the route sent it.
-    Extra {
-        id: String,
-        wire: Wire,
-        field: &'static str,
-        value: RawJson,
     },
     /// Always a complete call with valid arguments.
     ToolCall {
@@ -164,9 +155,10 @@ impl StreamCode {
 
 impl ServerMessage {
     /// Renders one stream event for request `id`; the flag is true for terminal events.
-    pub fn from_event(id: &str, event: StreamEvent) -> (ServerMessage, bool) {
+    /// `None` for an event this dialect has no message for.
+    pub fn from_event(id: &str, event: StreamEvent) -> Option<(ServerMessage, bool)> {
         let id = id.to_string();
-        match event {
+        Some(match event {
             StreamEvent::Start(envelope) => (
                 ServerMessage::Start {
                     id,
@@ -193,20 +185,9 @@ impl ServerMessage {
                 };
                 (msg, false)
             }
-            StreamEvent::Extra(extra) => {
-                let field = match extra.field {
-                    ExtraField::Chunk(name) => name,
-                    ExtraField::Logprobs => "logprobs",
-                    ExtraField::Refusal => "refusal",
-                };
-                let msg = ServerMessage::Extra {
-                    id,
-                    wire: extra.wire,
-                    field,
-                    value: extra.value,
-                };
-                (msg, false)
-            }
+            // A provider wire's own fields: the native dialect is no provider's (the mux
+            // hands it none).
+            StreamEvent::Extra(_) => return None,
             StreamEvent::ToolCall(call) => (ServerMessage::ToolCall { id, call: *call }, false),
             StreamEvent::Reset { reason } => (ServerMessage::Reset { id, reason }, false),
             StreamEvent::RouteSwitch { from, to } => (ServerMessage::RouteSwitch { id, from, to }, false),
@@ -220,7 +201,7 @@ impl ServerMessage {
                 true,
             ),
             StreamEvent::Error(e) => (ServerMessage::from_error_event(Some(id), *e), true),
-        }
+        })
     }
 
     pub fn from_error_event(id: Option<String>, e: ErrorEvent) -> ServerMessage {
@@ -264,7 +245,6 @@ impl ServerMessage {
             ServerMessage::Start { id, .. }
             | ServerMessage::Delta { id, .. }
             | ServerMessage::Thinking { id, .. }
-            | ServerMessage::Extra { id, .. }
             | ServerMessage::ToolCall { id, .. }
             | ServerMessage::Reset { id, .. }
             | ServerMessage::RouteSwitch { id, .. }
@@ -295,7 +275,6 @@ impl ServerMessage {
             ServerMessage::Start { .. } => "start",
             ServerMessage::Delta { .. } => "delta",
             ServerMessage::Thinking { .. } => "thinking",
-            ServerMessage::Extra { .. } => "extra",
             ServerMessage::ToolCall { .. } => "tool_call",
             ServerMessage::Reset { .. } => "reset",
             ServerMessage::RouteSwitch { .. } => "route_switch",
@@ -390,7 +369,7 @@ mod tests {
             hedged: true,
             ..Envelope::default()
         };
-        let (msg, terminal) = ServerMessage::from_event("c1", StreamEvent::Start(Box::new(env)));
+        let (msg, terminal) = ServerMessage::from_event("c1", StreamEvent::Start(Box::new(env))).expect("a message");
         let v = to_value(&msg);
         assert!(!terminal, "start is not terminal");
         assert_eq!(
@@ -451,7 +430,7 @@ mod tests {
             ),
         ];
         for (event, want) in cases {
-            let (msg, terminal) = ServerMessage::from_event("c1", event);
+            let (msg, terminal) = ServerMessage::from_event("c1", event).expect("a message");
             assert_eq!(to_value(&msg), want, "shape of {}", msg.name());
             assert!(!terminal, "{} is not terminal", msg.name());
         }
@@ -465,7 +444,8 @@ mod tests {
                 reason: FinishReason::Truncated,
                 envelope: Box::new(Envelope::default()),
             },
-        );
+        )
+        .expect("a message");
         assert!(terminal, "done is terminal");
         assert_eq!(
             to_value(&msg)["finish_reason"],
@@ -483,7 +463,8 @@ mod tests {
                 retry_after: Some(std::time::Duration::from_millis(1500)),
                 envelope: Envelope::default(),
             })),
-        );
+        )
+        .expect("a message");
         assert!(terminal, "error is terminal");
         let v = to_value(&msg);
         assert_eq!(

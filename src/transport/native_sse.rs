@@ -223,7 +223,9 @@ struct NativeEncoder {
 
 impl FrameEncoder for NativeEncoder {
     fn encode(&mut self, event: StreamEvent, out: &mut Vec<Bytes>) -> Flow {
-        let (message, terminal) = ServerMessage::from_event(&self.id, event);
+        let Some((message, terminal)) = ServerMessage::from_event(&self.id, event) else {
+            return Flow::Continue;
+        };
         out.push(self.frames.event(message.name(), &message));
         if terminal {
             Flow::End

@@ -20,6 +20,16 @@ impl Dialect {
     pub fn can_reset(self) -> bool {
         matches!(self, Dialect::Native)
     }
+
+    /// The wire this dialect's clients write, whose answer extras (`types::Extra`) they take;
+    /// `None` for the native dialect, which is no provider's.
+    pub fn wire(self) -> Option<super::Wire> {
+        match self {
+            Dialect::OpenAi => Some(super::Wire::OpenAi),
+            Dialect::Anthropic => Some(super::Wire::Anthropic),
+            Dialect::Native => None,
+        }
+    }
 }
 
 /// Request priority for admission: interactive traffic is shed last.

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ErrorClass, MidStreamPolicy};
+use super::{ErrorClass, MidStreamPolicy, Usage};
 
 /// The degradation ladder. L4 is an honest failure and never has a route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -85,6 +85,25 @@ pub struct Envelope {
     /// no answer's meaning: `router::fidelity`), in the client's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<Box<str>>,
+    /// After a mid-stream recovery, the tokens every attempt that streamed was billed, in
+    /// order; the client's `usage` is the sum of those `in_answer` (docs/dialects.md, "Usage
+    /// that adds up"). Empty for an answer one attempt wrote.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempt_usage: Vec<AttemptUsage>,
+}
+
+/// The tokens one attempt that streamed was billed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptUsage {
+    pub route: String,
+    pub usage: Usage,
+    /// The route was cut before it reported its usage: the prompt and the output the client
+    /// received, counted by the route's tokenizer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
+    /// The client's answer holds this attempt's output (an attempt a continuation carried on,
+    /// or the one that finished); not one a restart replaced.
+    pub in_answer: bool,
 }
 
 /// The history a WebSocket session projected into one request (docs/ws-protocol.md).

@@ -18,7 +18,9 @@ mod thinking;
 mod verbatim;
 
 pub use ctx::{usable_request_id, Dialect, Priority, RequestCtx, MAX_CLIENT_REQUEST_ID};
-pub use envelope::{Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level, RepairInfo, RouteChange, SwitchLayer};
+pub use envelope::{
+    AttemptUsage, Envelope, FailedAttempt, HedgeInfo, LeaseInfo, Level, RepairInfo, RouteChange, SwitchLayer,
+};
 pub use envelope::{HistoryInfo, TurnRange};
 pub use error_class::{Blame, ErrorClass};
 pub use event::{ErrorEvent, EventStream, FinishReason, StreamEvent, ToolCall, Usage};

@@ -44,13 +44,6 @@ impl RawJson {
     }
 }
 
-impl Serialize for RawJson {
-    /// As it was sent: its bytes are written, not re-encoded.
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
-    }
-}
-
 impl PartialEq for RawJson {
     fn eq(&self, other: &Self) -> bool {
         self.text() == other.text()

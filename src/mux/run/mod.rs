@@ -20,6 +20,7 @@ mod repair;
 mod rotation;
 mod routes;
 mod streaming;
+mod usage;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -155,9 +156,11 @@ struct Run {
     hedge: Result<(), NoHedge>,
     rtype: ResponseType,
     transcript: Transcript,
-    /// The answer's usage: the committed attempt's, with a continuation's `carried` tokens
-    /// moved from its input to its output.
+    /// The committed attempt's usage as its route reported it (`usage` bills it when the
+    /// attempt is over).
     usage: Option<Usage>,
+    /// What every attempt that streamed and is over was billed (`usage`).
+    billed: Vec<crate::types::AttemptUsage>,
     /// Output tokens of the answer the current attempt continues (its prefill: what the client
     /// got from cut attempts), counted by the tokenizer; 0 for a first answer or a restart.
     carried: u32,
@@ -224,6 +227,7 @@ impl Run {
             rtype,
             transcript: Transcript::default(),
             usage: None,
+            billed: Vec::new(),
             carried: 0,
             retry_hints: Vec::new(),
             retried: Default::default(),

@@ -244,7 +244,7 @@ impl Run {
             text: self.transcript.text.clone(),
             tool_calls: std::mem::take(&mut self.calls),
             finish,
-            usage: self.usage,
+            usage: self.answer_usage(),
             served_by: route.to_string(),
         };
         let scope = self.ctx.tenant.as_deref().unwrap_or("");

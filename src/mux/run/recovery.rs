@@ -8,7 +8,7 @@ use crate::mux::attempt::{Attempt, AttemptEvent};
 use crate::mux::seam::Seam;
 use crate::mux::{midstream, MuxError};
 use crate::router::Counter;
-use crate::types::{ErrorClass, ErrorEvent, FinishReason, MidStreamPolicy, StreamEvent, Usage};
+use crate::types::{ErrorClass, ErrorEvent, FinishReason, MidStreamPolicy, StreamEvent};
 
 impl Run {
     /// The recovering state: start the policy's attempt and say what the client sees of it.
@@ -19,6 +19,7 @@ impl Run {
         };
         match recovery {
             Recovery::Restart { attempt, first, reset } => {
+                self.replaced();
                 out.extend(reset.map(|reason| StreamEvent::Reset { reason }));
                 let seam = if self.transcript.visible() {
                     Seam::swallow(&self.transcript.text)
@@ -108,17 +109,12 @@ impl Run {
             },
             MidStreamPolicy::Continue => {
                 let partial = self.transcript.text.clone();
-                // The cut attempts' usage, if any came, is not the answer's: what they
-                // delivered is counted here, and the continuation's usage adds to it.
+                // What the cut attempts delivered, counted by the tokenizer of the route that
+                // wrote it: the continuation's prefill, taken from the client's max_tokens.
                 self.carried = self.answer_tokens(failed_route, &partial);
-                let cut_usage = self.usage.take();
                 if self.req.max_tokens.is_some_and(|max| self.carried >= max) {
                     // The client holds all the tokens it asked for: the answer ends at its
                     // limit, with no attempt that could only be asked for nothing.
-                    self.usage = cut_usage.map(|u| Usage {
-                        output_tokens: self.carried,
-                        ..u
-                    });
                     return Recovery::Done(FinishReason::Length);
                 }
                 match self.first_token(false, Some(&partial)).await {
@@ -147,6 +143,8 @@ impl Run {
     /// with what the client holds instead.
     pub(super) async fn start_over(&mut self, cur: Attempt) -> Recovery {
         let route = Arc::clone(&cur.route);
+        // It streamed (and was billed), but nothing of it reached the client.
+        self.bill(&cur, "", false);
         drop(cur);
         self.carried = 0;
         self.routes.set(&route, super::routes::RouteState::PrefillRefused);

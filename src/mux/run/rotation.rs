@@ -134,7 +134,7 @@ impl Run {
             }
             Some(route) => {
                 let cost = self.route_config(route).map_or(0.0, |r| r.cost_per_1k);
-                let micros = match (self.usage, cost > 0.0) {
+                let micros = match (self.billed_total(), cost > 0.0) {
                     (Some(u), true) => {
                         let tokens = f64::from(u.input_tokens) + f64::from(u.output_tokens);
                         (cost * tokens / 1000.0 * 1e6).round() as u64

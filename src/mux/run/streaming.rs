@@ -18,7 +18,7 @@ use crate::mux::attempt::{Attempt, AttemptEvent};
 use crate::mux::seam::{Seam, SeamOut, SeamVerdict};
 use crate::mux::MuxError;
 use crate::telemetry as t;
-use crate::types::{Blame, FinishReason, MidStreamPolicy, StreamEvent, Usage};
+use crate::types::{Blame, FinishReason, MidStreamPolicy, StreamEvent};
 
 /// The committed attempt and how its text joins what the client holds.
 pub(super) struct Streaming {
@@ -38,6 +38,8 @@ pub(super) struct Streaming {
     pub switch: bool,
     /// Computed once per attempt: it reads the route's gap histogram.
     stall: Duration,
+    /// Where this attempt's text starts in the transcript: what it delivered is after it.
+    text_from: usize,
     /// The stall and cap timers, kept for the attempt's life and moved forward at each
     /// event (a later deadline is one atomic store) instead of registered with the timer
     /// wheel and cancelled again at every event.
@@ -69,6 +71,7 @@ impl Run {
                 cap: sleep_until(self.capped_at),
             }),
             stall,
+            text_from: self.transcript.text.len(),
             cur,
             seam,
             pending: Some(first),
@@ -110,11 +113,14 @@ impl Run {
             }
         };
         // The extras that came before this event are handed on first: an extra belongs with
-        // the text that follows it. A hidden restart's are not (its text is not sent either).
+        // the text that follows it. Only a client of the extra's wire has a place for it, and
+        // a hidden restart's are not sent (its text is not either).
         let extras = s.cur.take_extras();
         if !extras.is_empty() && !matches!(s.seam, Seam::Swallow { .. }) {
-            self.transcript.extras = true;
-            out.extend(extras.into_iter().map(|e| StreamEvent::Extra(Box::new(e))));
+            let wire = self.ctx.dialect.wire();
+            let mut theirs = extras.into_iter().filter(|e| Some(e.wire) == wire).peekable();
+            self.transcript.extras |= theirs.peek().is_some();
+            out.extend(theirs.map(|e| StreamEvent::Extra(Box::new(e))));
         }
         if matches!(ev, AttemptEvent::ToolCall(_) | AttemptEvent::Finished(_)) {
             // Whatever the seam still holds is settled before a tool call or the end.
@@ -182,11 +188,13 @@ impl Run {
                 }
                 out.push(StreamEvent::ToolCall(call));
             }
-            AttemptEvent::Usage(u) => self.usage = Some(self.whole_answer(u)),
+            AttemptEvent::Usage(u) => self.usage = Some(u),
             AttemptEvent::Finished(reason) => {
                 // A continuation that only ended the answer still carried it.
                 self.voiced(&s.cur, &mut s.switch, out);
                 s.cur.resolve(Ok(()));
+                let delivered = self.transcript.text.get(s.text_from..).unwrap_or_default().to_owned();
+                self.bill(&s.cur, &delivered, true);
                 self.repair_completed(&s.cur.route);
                 self.remember(&s.cur.route, reason);
                 self.finish(reason, out);
@@ -194,6 +202,8 @@ impl Run {
             }
             AttemptEvent::Failed(err) => {
                 self.record_failure(&mut s.cur, &err);
+                let delivered = self.transcript.text.get(s.text_from..).unwrap_or_default().to_owned();
+                self.bill(&s.cur, &delivered, true);
                 metrics::counter!(t::MIDSTREAM_TOTAL, "class" => err.class.as_str()).increment(1);
                 let route = Arc::clone(&s.cur.route);
                 self.routes.set(&route, RouteState::Failed);
@@ -216,8 +226,9 @@ impl Run {
 
     /// The answer is complete: usage (when asked for) and the finish.
     pub(super) fn finish(&mut self, reason: FinishReason, out: &mut Vec<StreamEvent>) {
+        self.env.attempt_usage = self.attempt_usage();
         if self.req.include_usage {
-            if let Some(u) = self.usage {
+            if let Some(u) = self.answer_usage() {
                 out.push(StreamEvent::Usage(u));
             }
         }
@@ -226,17 +237,6 @@ impl Run {
             reason,
             envelope: Box::new(self.env.clone()),
         });
-    }
-
-    /// The usage of the whole answer from the committed attempt's `u`: a continuation was
-    /// sent the answer so far as the end of its prompt, so those tokens move from its input to
-    /// its output, and the client is told of every token of the answer it got.
-    fn whole_answer(&self, u: Usage) -> Usage {
-        Usage {
-            input_tokens: u.input_tokens.saturating_sub(self.carried),
-            output_tokens: u.output_tokens.saturating_add(self.carried),
-            ..u
-        }
     }
 
     /// The seam for a continuation committed on `route`: verified against everything the

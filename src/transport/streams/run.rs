@@ -59,7 +59,10 @@ pub(super) async fn run(
             }
             event = events.next() => {
                 let message = match event {
-                    Some(event) => ServerMessage::from_event(&request_id, event).0,
+                    Some(event) => match ServerMessage::from_event(&request_id, event) {
+                        Some((message, _)) => message,
+                        None => continue,
+                    },
                     None => ServerMessage::from_reply(
                         Some(request_id.clone()),
                         &ErrorReply::broken_stream("ended without a finish", None),
