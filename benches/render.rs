@@ -61,7 +61,8 @@ fn render(mut encoder: impl FrameEncoder, events: Vec<StreamEvent>) -> usize {
 fn native(events: Vec<StreamEvent>) -> usize {
     events
         .into_iter()
-        .map(|event| black_box(ServerMessage::from_event("r1", event).0.to_json()).len())
+        .filter_map(|event| ServerMessage::from_event("r1", event))
+        .map(|(message, _)| black_box(message.to_json()).len())
         .sum()
 }
 
