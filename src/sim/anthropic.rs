@@ -1,11 +1,10 @@
 //! The Anthropic Messages wire: the named-event stream (`event:` + `data:` with `type`, §3),
-//! the non-streaming message body, and the error envelope (§6.3).
+//! and the in-band error event; the whole bodies are in `bodies.rs`.
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use super::aggregate::Aggregate;
 use super::cache::CacheUse;
 use super::openai::replace_marker;
 use super::plan::{AnswerKind, Step, Stop};
@@ -319,7 +318,7 @@ impl Encoder {
     }
 }
 
-fn stop_reason(stop: Stop) -> &'static str {
+pub(crate) fn stop_reason(stop: Stop) -> &'static str {
     match stop {
         Stop::EndTurn => "end_turn",
         Stop::ToolCalls => "tool_use",
@@ -390,68 +389,4 @@ fn error_event(kind: &str, message: &str) -> Bytes {
         error: ErrorDetail { kind, message },
     };
     event("error", &body)
-}
-
-/// The non-streaming message body.
-pub(crate) fn message(ident: &Identity, agg: &Aggregate) -> serde_json::Value {
-    let stop = agg.stop.unwrap_or(Stop::EndTurn);
-    let mut content = Vec::new();
-    if let Some(signature) = &agg.signature {
-        content.push(json!({"type": "thinking", "thinking": agg.thinking, "signature": signature}));
-    }
-    for data in &agg.redacted {
-        content.push(json!({"type": "redacted_thinking", "data": data}));
-    }
-    if !agg.text.is_empty() {
-        content.push(json!({"type": "text", "text": agg.text}));
-    }
-    for call in &agg.tool_calls {
-        // A call cut off by max_tokens has no valid input; the API leaves it out.
-        let Ok(input) = serde_json::from_str::<serde_json::Value>(&call.arguments) else {
-            continue;
-        };
-        content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
-    }
-    json!({
-        "id": ident.id,
-        "type": "message",
-        "role": "assistant",
-        "model": ident.model,
-        "content": content,
-        "stop_reason": stop_reason(stop),
-        "stop_sequence": null,
-        "usage": {
-            "input_tokens": ident.input_tokens,
-            "cache_creation_input_tokens": ident.cache.creation,
-            "cache_read_input_tokens": ident.cache.read,
-            "output_tokens": agg.output_tokens.saturating_add(ident.hidden_tokens),
-        },
-    })
-}
-
-/// The error envelope for an HTTP status (§6.3).
-pub(crate) fn error_body(status: u16, message: Option<&str>, request_id: &str) -> serde_json::Value {
-    let (kind, default_message) = match status {
-        401 => ("authentication_error", "invalid x-api-key"),
-        402 => ("billing_error", "Your credit balance is too low."),
-        403 => ("permission_error", "Your API key does not have permission."),
-        404 => ("not_found_error", "Not found"),
-        413 => (
-            "request_too_large",
-            "Request exceeds the maximum allowed number of bytes.",
-        ),
-        429 => (
-            "rate_limit_error",
-            "This request would exceed the rate limit for your organization.",
-        ),
-        504 => ("timeout_error", "Request timed out"),
-        529 => ("overloaded_error", "Overloaded"),
-        500..=599 => ("api_error", "Internal server error"),
-        _ => ("invalid_request_error", "Invalid request"),
-    };
-    json!({
-        "type": "error",
-        "error": {"type": kind, "message": message.unwrap_or(default_message)},
-        "request_id": request_id,
-    })
 }

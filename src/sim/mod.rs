@@ -182,6 +182,7 @@ mod aggregate;
 mod answer;
 mod anthropic;
 mod beats;
+mod bodies;
 mod bounds;
 mod cache;
 mod continuation;

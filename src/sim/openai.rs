@@ -1,11 +1,10 @@
 //! The OpenAI Chat Completions wire: streamed `chat.completion.chunk` events (`data: …`,
-//! `[DONE]`, §1), the non-streaming `chat.completion` body, and the error envelope (§6.1).
+//! `[DONE]`, §1) and the in-band error event; the whole bodies are in `bodies.rs`.
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use super::aggregate::Aggregate;
 use super::logprobs::{self, ChoiceLogprobs, TokenLogprob};
 use super::plan::{AnswerKind, ReasoningUsage, Step, Stop};
 
@@ -108,7 +107,7 @@ struct FunctionDelta<'a> {
 }
 
 #[derive(Serialize, Clone, Copy)]
-struct UsageBody {
+pub(crate) struct UsageBody {
     prompt_tokens: u32,
     completion_tokens: u32,
     total_tokens: u32,
@@ -127,7 +126,7 @@ struct CompletionDetails {
 impl UsageBody {
     /// `streamed` tokens went out; reasoning models add their hidden reasoning, which
     /// `completion_tokens` counts too, and say how much of it was reasoning.
-    fn new(input: u32, streamed: u32, extras: &Extras) -> Self {
+    pub(crate) fn new(input: u32, streamed: u32, extras: &Extras) -> Self {
         let output = streamed.saturating_add(extras.reasoning.hidden);
         UsageBody {
             prompt_tokens: input,
@@ -158,6 +157,11 @@ impl Encoder {
     pub fn with_error_message(mut self, message: Option<String>) -> Self {
         self.error_message = message;
         self
+    }
+
+    /// What the whole-body answer (`bodies.rs`) is built from.
+    pub fn parts(&self) -> (&Identity, &Extras) {
+        (&self.ident, &self.extras)
     }
 
     pub fn error_message(&self) -> Option<&str> {
@@ -329,7 +333,7 @@ impl Encoder {
     }
 }
 
-fn finish_reason(stop: Stop) -> &'static str {
+pub(crate) fn finish_reason(stop: Stop) -> &'static str {
     match stop {
         Stop::EndTurn | Stop::Refusal => "stop",
         Stop::ToolCalls => "tool_calls",
@@ -385,111 +389,4 @@ pub(crate) fn served_tier(asked: &str) -> String {
         other => other,
     }
     .to_owned()
-}
-
-/// The non-streaming `chat.completion` body.
-pub(crate) fn completion(encoder: &Encoder, agg: &Aggregate) -> serde_json::Value {
-    let ident = &encoder.ident;
-    let extras = &encoder.extras;
-    let tool_calls: Vec<serde_json::Value> = agg
-        .tool_calls
-        .iter()
-        .map(|c| {
-            json!({"id": c.id, "type": "function",
-                   "function": {"name": c.name, "arguments": c.arguments}})
-        })
-        .collect();
-    let mut message = json!({
-        "role": "assistant",
-        "content": if agg.tool_calls.is_empty() && agg.refusal.is_none() {
-            json!(agg.text)
-        } else {
-            json!(null)
-        },
-        "refusal": agg.refusal,
-        "annotations": [],
-    });
-    if !tool_calls.is_empty() {
-        message["tool_calls"] = json!(tool_calls);
-    }
-    if !agg.thinking.is_empty() {
-        message[extras.reasoning_field] = json!(agg.thinking);
-    }
-    let logprobs = extras.logprobs.map(|top| {
-        let entries = |tokens: &[String]| -> Vec<TokenLogprob> {
-            (0u32..)
-                .zip(tokens)
-                .map(|(position, t)| logprobs::entry(t, position, top))
-                .collect()
-        };
-        match &agg.refusal {
-            Some(refusal) => ChoiceLogprobs::refusal(entries(&super::answer::split_words(refusal))),
-            None => ChoiceLogprobs::content(entries(&agg.text_tokens)),
-        }
-    });
-    let mut body = json!({
-        "id": ident.id,
-        "object": "chat.completion",
-        "created": ident.created,
-        "model": ident.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": logprobs,
-            "finish_reason": finish_reason(agg.stop.unwrap_or(Stop::EndTurn)),
-        }],
-        "usage": UsageBody::new(ident.input_tokens, agg.output_tokens, extras),
-        "system_fingerprint": ident.system_fingerprint,
-    });
-    if let Some(tier) = &ident.service_tier {
-        body["service_tier"] = json!(tier);
-    }
-    body
-}
-
-/// The error envelope for an HTTP status (§6.1); `param` and `code` replace the status's
-/// defaults when given.
-pub(crate) fn error_body(
-    status: u16,
-    message: Option<&str>,
-    param: Option<&str>,
-    code: Option<&'static str>,
-) -> serde_json::Value {
-    let (kind, default_code, default_message) = match status {
-        401 => (
-            "invalid_request_error",
-            Some("invalid_api_key"),
-            "Incorrect API key provided.",
-        ),
-        403 => (
-            "invalid_request_error",
-            Some("unsupported_country_region_territory"),
-            "Country, region, or territory not supported.",
-        ),
-        404 => (
-            "invalid_request_error",
-            Some("model_not_found"),
-            "The model does not exist or you do not have access to it.",
-        ),
-        429 => (
-            "requests",
-            Some("rate_limit_exceeded"),
-            "Rate limit reached for requests. Please try again later.",
-        ),
-        503 => (
-            "server_error",
-            Some("server_is_overloaded"),
-            "The engine is currently overloaded, please try again later",
-        ),
-        500..=599 => (
-            "server_error",
-            None,
-            "The server had an error while processing your request. Sorry about that!",
-        ),
-        _ => ("invalid_request_error", None, "Invalid request."),
-    };
-    json!({"error": {
-        "message": message.unwrap_or(default_message),
-        "type": kind, "param": param, "code": code.or(default_code)
-    }})
 }

@@ -23,7 +23,7 @@ use super::scenario::Scenario;
 use super::server::SimState;
 use super::stream::{self, Encoder};
 use super::timing::Moment;
-use super::{anthropic, openai, reasoning};
+use super::{anthropic, bodies, openai, reasoning};
 
 /// Everything one response is built from.
 struct Reply<'a> {
@@ -202,8 +202,8 @@ impl Reply<'_> {
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let message = error.message.as_deref();
         let body = match self.wire {
-            Wire::OpenAi => openai::error_body(status.as_u16(), message, error.param.as_deref(), error.code),
-            Wire::Anthropic => anthropic::error_body(status.as_u16(), message, &self.upstream_id),
+            Wire::OpenAi => bodies::openai_error(status.as_u16(), message, error.param.as_deref(), error.code),
+            Wire::Anthropic => bodies::anthropic_error(status.as_u16(), message, &self.upstream_id),
         };
         self.state.log.update(self.record, |r| r.status = status.as_u16());
         guard.finish(SimEnd::ErrorStatus);
@@ -240,8 +240,8 @@ impl Reply<'_> {
             .log
             .update(self.record, |r| r.tokens_sent = agg.output_tokens);
         let json = match &encoder {
-            Encoder::OpenAi(e) => openai::completion(e, &agg),
-            Encoder::Anthropic(e) => anthropic::message(e.identity(), &agg),
+            Encoder::OpenAi(e) => bodies::openai_completion(e, &agg),
+            Encoder::Anthropic(e) => bodies::anthropic_message(e.identity(), &agg),
         };
         let text = json.to_string();
         let body = match agg.fault {
