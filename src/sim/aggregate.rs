@@ -24,6 +24,12 @@ pub(crate) enum Fault {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Aggregate {
     pub text: String,
+    /// The text as the tokens it streamed in (what logprobs are given for).
+    pub text_tokens: Vec<String>,
+    /// Shown reasoning, its signature (once the block ended) and redacted blocks.
+    pub thinking: String,
+    pub signature: Option<String>,
+    pub redacted: Vec<String>,
     pub refusal: Option<String>,
     pub tool_calls: Vec<FullToolCall>,
     pub stop: Option<Stop>,
@@ -38,7 +44,13 @@ impl Aggregate {
         for step in steps {
             match step {
                 Step::Wait(d) => agg.total_wait += *d,
-                Step::Text(t) => agg.text.push_str(t),
+                Step::Text(t) => {
+                    agg.text.push_str(t);
+                    agg.text_tokens.push(t.clone());
+                }
+                Step::Thinking(t) => agg.thinking.push_str(t),
+                Step::ThinkingEnd { signature } => agg.signature = Some(signature.clone()),
+                Step::Redacted(data) => agg.redacted.push(data.clone()),
                 Step::Refusal(t) => agg.refusal.get_or_insert_with(String::new).push_str(t),
                 Step::ToolOpen { id, name, .. } => agg.tool_calls.push(FullToolCall {
                     id: id.clone(),

@@ -1,11 +1,11 @@
 //! The Anthropic Messages wire: the named-event stream (`event:` + `data:` with `type`, §3),
-//! the non-streaming message body, and the error envelope (§6.3).
+//! and the in-band error event; the whole bodies are in `bodies.rs`.
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use super::aggregate::Aggregate;
+use super::cache::CacheUse;
 use super::openai::replace_marker;
 use super::plan::{AnswerKind, Step, Stop};
 
@@ -14,7 +14,11 @@ use super::plan::{AnswerKind, Step, Stop};
 pub(crate) struct Identity {
     pub id: String,
     pub model: String,
+    /// The input not read from or written to the prompt cache.
     pub input_tokens: u32,
+    pub cache: CacheUse,
+    /// Reasoning tokens billed but not streamed (`display: "omitted"`).
+    pub hidden_tokens: u32,
 }
 
 /// Writes a script's steps as Messages stream events.
@@ -23,7 +27,15 @@ pub(crate) struct Encoder {
     output_tokens: u32,
     /// The content block that has started and not stopped.
     open_block: Option<u32>,
+    /// The next content block's index: a thinking block takes 0 and shifts the rest.
+    next_block: u32,
+    /// The text block's index once it started.
+    text_block: Option<u32>,
+    /// The index of the first tool_use block (call `i` is block `tool_base + i`).
+    tool_base: Option<u32>,
     kind: AnswerKind,
+    /// The answer opens with a thinking block.
+    thinks: bool,
     error_message: Option<String>,
 }
 
@@ -50,6 +62,9 @@ struct MessageHead<'a> {
 #[derive(Serialize)]
 struct StartUsage {
     input_tokens: u32,
+    /// Sent as 0 without `cache_control`, as the real API does.
+    cache_creation_input_tokens: u32,
+    cache_read_input_tokens: u32,
     output_tokens: u32,
 }
 
@@ -67,6 +82,13 @@ enum Block<'a> {
     Text {
         text: &'a str,
     },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
     ToolUse {
         id: &'a str,
         name: &'a str,
@@ -83,10 +105,16 @@ struct BlockDelta<'a> {
 }
 
 #[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type")]
 enum DeltaBody<'a> {
-    TextDelta { text: &'a str },
-    InputJsonDelta { partial_json: &'a str },
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "signature_delta")]
+    Signature { signature: &'a str },
 }
 
 #[derive(Serialize)]
@@ -109,12 +137,16 @@ struct DeltaUsage {
 }
 
 impl Encoder {
-    pub fn new(ident: Identity, kind: AnswerKind, error_message: Option<String>) -> Self {
+    pub fn new(ident: Identity, kind: AnswerKind, thinks: bool, error_message: Option<String>) -> Self {
         Encoder {
             ident,
             output_tokens: 0,
             open_block: None,
+            next_block: 0,
+            text_block: None,
+            tool_base: None,
             kind,
+            thinks,
             error_message,
         }
     }
@@ -135,29 +167,55 @@ impl Encoder {
         match step {
             Step::Open(_) => self.open(),
             Step::Text(text) | Step::Refusal(text) => {
-                vec![delta(0, DeltaBody::TextDelta { text })]
+                let mut events = self.text_block_start();
+                let index = self.text_block.unwrap_or(0);
+                events.push(delta(index, DeltaBody::Text { text }));
+                events
+            }
+            Step::Thinking(thinking) => {
+                vec![delta(self.open_block.unwrap_or(0), DeltaBody::Thinking { thinking })]
+            }
+            Step::ThinkingEnd { signature } => {
+                let index = self.open_block.take().unwrap_or(0);
+                vec![
+                    delta(index, DeltaBody::Signature { signature }),
+                    block_stop(index),
+                ]
+            }
+            Step::Redacted(data) => {
+                let index = self.start_block();
+                vec![
+                    block_start(index, Block::RedactedThinking { data }),
+                    block_stop(index),
+                ]
             }
             Step::ToolOpen { index, id, name } => {
-                self.open_block = Some(*index);
+                let base = match self.tool_base {
+                    Some(base) => base,
+                    None => *self.tool_base.insert(self.next_block),
+                };
+                let block = base + index;
+                self.next_block = self.next_block.max(block + 1);
+                self.open_block = Some(block);
                 let tool = Block::ToolUse {
                     id,
                     name,
                     input: serde_json::Map::new(),
                 };
                 vec![
-                    block_start(*index, tool),
-                    delta(*index, DeltaBody::InputJsonDelta { partial_json: "" }),
+                    block_start(block, tool),
+                    delta(block, DeltaBody::InputJson { partial_json: "" }),
                 ]
             }
             Step::ToolArgs { index, fragment } => vec![delta(
-                *index,
-                DeltaBody::InputJsonDelta {
+                self.tool_block(*index),
+                DeltaBody::InputJson {
                     partial_json: fragment,
                 },
             )],
             Step::ToolClose { index } => {
                 self.open_block = None;
-                vec![block_stop(*index)]
+                vec![block_stop(self.tool_block(*index))]
             }
             Step::Finish(stop) => self.finish(*stop),
             Step::Terminal => vec![event("message_stop", &json!({"type": "message_stop"}))],
@@ -170,12 +228,10 @@ impl Encoder {
             )],
             Step::InvalidUtf8 => {
                 const MARK: &str = "@@SIM-INVALID-UTF8@@";
-                let valid = delta(0, DeltaBody::TextDelta { text: MARK });
+                let valid = delta(0, DeltaBody::Text { text: MARK });
                 vec![replace_marker(&valid, MARK.as_bytes(), &[0xC3, 0x28, 0xFF])]
             }
-            Step::Usage | Step::Wait(_) | Step::Bom | Step::HugeLine(_) | Step::Drop => {
-                Vec::new()
-            }
+            Step::Usage | Step::Wait(_) | Step::Bom | Step::HugeLine(_) | Step::Drop => Vec::new(),
         }
     }
 
@@ -192,17 +248,50 @@ impl Encoder {
                 stop_sequence: None,
                 usage: StartUsage {
                     input_tokens: self.ident.input_tokens,
+                    cache_creation_input_tokens: self.ident.cache.creation,
+                    cache_read_input_tokens: self.ident.cache.read,
                     output_tokens: 1,
                 },
             },
         };
         let mut events = vec![event("message_start", &start)];
-        if self.kind != AnswerKind::Tools {
-            self.open_block = Some(0);
-            events.push(block_start(0, Block::Text { text: "" }));
+        if self.thinks {
+            // §3.4: the thinking block first; the answer's blocks follow it.
+            let index = self.start_block();
+            events.push(block_start(
+                index,
+                Block::Thinking {
+                    thinking: "",
+                    signature: "",
+                },
+            ));
+        } else if self.kind != AnswerKind::Tools {
+            events.extend(self.text_block_start());
         }
         events.push(event("ping", &json!({"type": "ping"})));
         events
+    }
+
+    /// Opens the next content block and returns its index.
+    fn start_block(&mut self) -> u32 {
+        let index = self.next_block;
+        self.next_block += 1;
+        self.open_block = Some(index);
+        index
+    }
+
+    /// The text block's `content_block_start`, the first time only.
+    fn text_block_start(&mut self) -> Vec<Bytes> {
+        if self.text_block.is_some() {
+            return Vec::new();
+        }
+        let index = self.start_block();
+        self.text_block = Some(index);
+        vec![block_start(index, Block::Text { text: "" })]
+    }
+
+    fn tool_block(&self, call: u32) -> u32 {
+        self.tool_base.unwrap_or(0) + call
     }
 
     fn finish(&mut self, stop: Stop) -> Vec<Bytes> {
@@ -221,7 +310,7 @@ impl Encoder {
                 stop_sequence: None,
             },
             usage: DeltaUsage {
-                output_tokens: self.output_tokens,
+                output_tokens: self.output_tokens.saturating_add(self.ident.hidden_tokens),
             },
         };
         events.push(event("message_delta", &body));
@@ -229,7 +318,7 @@ impl Encoder {
     }
 }
 
-fn stop_reason(stop: Stop) -> &'static str {
+pub(crate) fn stop_reason(stop: Stop) -> &'static str {
     match stop {
         Stop::EndTurn => "end_turn",
         Stop::ToolCalls => "tool_use",
@@ -300,57 +389,4 @@ fn error_event(kind: &str, message: &str) -> Bytes {
         error: ErrorDetail { kind, message },
     };
     event("error", &body)
-}
-
-/// The non-streaming message body.
-pub(crate) fn message(ident: &Identity, agg: &Aggregate) -> serde_json::Value {
-    let stop = agg.stop.unwrap_or(Stop::EndTurn);
-    let mut content = Vec::new();
-    if !agg.text.is_empty() {
-        content.push(json!({"type": "text", "text": agg.text}));
-    }
-    for call in &agg.tool_calls {
-        // A call cut off by max_tokens has no valid input; the API leaves it out.
-        let Ok(input) = serde_json::from_str::<serde_json::Value>(&call.arguments) else {
-            continue;
-        };
-        content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
-    }
-    json!({
-        "id": ident.id,
-        "type": "message",
-        "role": "assistant",
-        "model": ident.model,
-        "content": content,
-        "stop_reason": stop_reason(stop),
-        "stop_sequence": null,
-        "usage": {"input_tokens": ident.input_tokens, "output_tokens": agg.output_tokens},
-    })
-}
-
-/// The error envelope for an HTTP status (§6.3).
-pub(crate) fn error_body(status: u16, message: Option<&str>, request_id: &str) -> serde_json::Value {
-    let (kind, default_message) = match status {
-        401 => ("authentication_error", "invalid x-api-key"),
-        402 => ("billing_error", "Your credit balance is too low."),
-        403 => ("permission_error", "Your API key does not have permission."),
-        404 => ("not_found_error", "Not found"),
-        413 => (
-            "request_too_large",
-            "Request exceeds the maximum allowed number of bytes.",
-        ),
-        429 => (
-            "rate_limit_error",
-            "This request would exceed the rate limit for your organization.",
-        ),
-        504 => ("timeout_error", "Request timed out"),
-        529 => ("overloaded_error", "Overloaded"),
-        500..=599 => ("api_error", "Internal server error"),
-        _ => ("invalid_request_error", "Invalid request"),
-    };
-    json!({
-        "type": "error",
-        "error": {"type": kind, "message": message.unwrap_or(default_message)},
-        "request_id": request_id,
-    })
 }

@@ -114,12 +114,7 @@ fn honours(convention: Convention, prefill: &Prefill) -> bool {
 }
 
 fn bad_request(message: &str) -> StatusError {
-    StatusError {
-        status: 400,
-        message: Some(message.to_owned()),
-        retry_after_s: None,
-        retry_after_ms: None,
-    }
+    StatusError::invalid(message)
 }
 
 impl Reading<'_> {

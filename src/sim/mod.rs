@@ -116,33 +116,90 @@
 //! | `slow` | median 3000 ms, σ 0.1 | 40, 30 ms apart | |
 //! | `hostile-text` | as `fast-stable` | its text's 18 words, 10 ms apart | repeated words, `$1,000,000`, a blank line and "Naïve café — 日本語 🎉", where seams and byte cuts break |
 //!
+//! # Reasoning ([`Thinking`], the scenario's `thinking` section; `reasoning.rs`)
+//!
+//! An Anthropic request with `thinking` of type `enabled` or `adaptive` gets a `thinking`
+//! block before its answer, as §3.4 of the wire reference shows it (the block's deltas are
+//! the scenario's `thinking.deltas`, default 6, of a few words each, derived from the prompt):
+//!
+//! ```text
+//! message_start
+//! content_block_start  {"index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
+//! ping
+//! content_block_delta  {"index":0,"delta":{"type":"thinking_delta","thinking":"The request asks:"}}   × deltas
+//! content_block_delta  {"index":0,"delta":{"type":"signature_delta","signature":"…"}}
+//! content_block_stop   {"index":0}
+//! [content_block_start {"index":1,"content_block":{"type":"redacted_thinking","data":"…"}} + stop]  thinking.redacted
+//! content_block_start  {"index":1,"content_block":{"type":"text","text":""}}   (or tool_use blocks from 1)
+//! content_block_delta  {"index":1,"delta":{"type":"text_delta","text":"…"}}   × tokens
+//! content_block_stop, message_delta (output_tokens: thinking + answer), message_stop
+//! ```
+//!
+//! With `display: "omitted"` the block gets only its signature (the tokens are billed all
+//! the same); with `stream: false` the body's `content` starts with the thinking block and its
+//! signature. A thinking delta is one token: it counts toward `tokens_sent`, usage,
+//! `max_tokens` (the answer gets what the reasoning leaves) and every fault "after N tokens",
+//! which can therefore cut inside the thinking block; it is not the answer's first content
+//! token (`first_token_at_ms`). Signatures are HMAC-SHA256 of the thinking text under the
+//! simulator's key (`signature.rs`): the same on every simulator, checked when a request
+//! carries a block back, as are a `redacted_thinking` block's `data`.
+//!
+//! On the OpenAI wire the model id decides, unless `thinking.openai` says otherwise: OpenAI's
+//! reasoning models (`o1`, `o3`, `o4`, `gpt-5` families) reason hidden, billed in
+//! `completion_tokens` and `completion_tokens_details.reasoning_tokens`; a model id naming a
+//! reasoner (`reasoner`, or a part `r1`: `deepseek-reasoner`, `deepseek-r1:14b`) streams
+//! `delta.reasoning_content` chunks (`content: null`) before the content, as DeepSeek does,
+//! and the aggregate's message carries `reasoning_content`. `thinking.openai` can force
+//! `reasoning_content` or `reasoning` (vLLM's field) deltas on any model, or `none`.
+//!
+//! # What else a request can ask for
+//!
+//! - OpenAI `logprobs: true` (with `top_logprobs` up to 20): each content chunk carries
+//!   `logprobs.content` with one entry per token (`token`, `logprob` ≤ 0, `bytes`,
+//!   `top_logprobs`), deterministic per token and position (`logprobs.rs`); a refusal's under
+//!   `logprobs.refusal`; the aggregate holds them all. Other chunks carry `"logprobs": null`.
+//! - Every OpenAI chunk carries `system_fingerprint` (`fp_` and ten hex digits, fixed per
+//!   model) and, when the request names a `service_tier`, the tier served (`auto` as
+//!   `default`, `fast` as `priority`).
+//! - Anthropic `cache_control` on a tool, system block or message block (or the top level):
+//!   `cache_creation_input_tokens` the first time a prefix is seen, `cache_read_input_tokens`
+//!   after, `input_tokens` only the rest (`cache.rs`, 1,024 prefixes remembered per
+//!   simulator, per scenario and model). Without it both are sent as 0.
+//! - Anthropic `document` blocks and OpenAI `file` parts in their real forms.
+//!
 //! # Known limits
 //!
-//! Strict where the real APIs are (`strict`): a request a real API refuses (`max_tokens` to
-//! an OpenAI reasoning model) is refused with its status and message, whatever the scenario.
+//! Strict where the real APIs are (`strict`): a request a real API refuses is refused with its
+//! status and message, whatever the scenario (the rules are listed in `strict/mod.rs`).
 //!
-//! One choice per answer (`n` is ignored); no thinking blocks; tool answers carry no text.
-//! A fault set "after N tokens" (or bytes) never fires when the answer is shorter than N.
-//! An exact or diverging answer comes from the scenario's answer, never from the prefill's
-//! words: a prefill that is not a prefix of it gets the whole answer.
+//! One choice per answer (`n` is ignored); tool answers carry no text; one thinking block
+//! per answer (no interleaved thinking between tool calls). A fault set "after N tokens" (or
+//! bytes) never fires when the answer is shorter than N. An exact or diverging answer comes
+//! from the scenario's answer, never from the prefill's words: a prefill that is not a prefix
+//! of it gets the whole answer. Documents are checked, not read: they add no input tokens.
 
 mod aggregate;
 mod answer;
 mod anthropic;
 mod beats;
+mod bodies;
 mod bounds;
+mod cache;
 mod continuation;
 mod faults;
+mod logprobs;
 mod openai;
 mod plan;
 mod profiles;
 mod quality;
+mod reasoning;
 mod record;
 mod request;
 mod respond;
 mod scenario;
 mod schema;
 mod server;
+mod signature;
 mod stream;
 mod strict;
 mod timing;
@@ -155,6 +212,7 @@ pub use profiles::{profile, profile_names};
 pub use quality::{Quality, DEFAULT_REFUSE_TOPICS};
 pub use record::{SimEnd, SimRecord};
 pub use scenario::{
-    Behaviour, Brownout, ColdStart, Continuation, Convention, Failure, Phase, Scenario, ToolCallSpec, Ttft,
+    Behaviour, Brownout, ColdStart, Continuation, Convention, Failure, OpenAiReasoning, Phase, Scenario, Thinking,
+    ToolCallSpec, Ttft,
 };
 pub use server::{serve_standalone, SimHandle};

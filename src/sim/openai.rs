@@ -1,12 +1,12 @@
 //! The OpenAI Chat Completions wire: streamed `chat.completion.chunk` events (`data: …`,
-//! `[DONE]`, §1), the non-streaming `chat.completion` body, and the error envelope (§6.1).
+//! `[DONE]`, §1) and the in-band error event; the whole bodies are in `bodies.rs`.
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use super::aggregate::Aggregate;
-use super::plan::{AnswerKind, Step, Stop};
+use super::logprobs::{self, ChoiceLogprobs, TokenLogprob};
+use super::plan::{AnswerKind, ReasoningUsage, Step, Stop};
 
 /// What every chunk of one response repeats.
 #[derive(Debug, Clone)]
@@ -15,16 +15,35 @@ pub(crate) struct Identity {
     pub created: u64,
     pub model: String,
     pub input_tokens: u32,
+    /// `fp_` and ten hex digits, fixed per model.
+    pub system_fingerprint: String,
+    /// The tier reported when the request named one (`auto` is served as `default`).
+    pub service_tier: Option<String>,
+}
+
+/// What the request asked the chunks to carry beyond the answer.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Extras {
+    pub include_usage: bool,
+    /// The first tool-call fragment rides in the role chunk (T2).
+    pub role_with_first_tool: bool,
+    /// `logprobs: true`, with this many `top_logprobs`.
+    pub logprobs: Option<u8>,
+    /// The delta field shown reasoning goes in (`reasoning_content` or `reasoning`).
+    pub reasoning_field: &'static str,
+    pub reasoning: ReasoningUsage,
+    /// The model reports `completion_tokens_details.reasoning_tokens` (reasoning models).
+    pub reports_reasoning: bool,
 }
 
 /// Writes a script's steps as Chat Completions chunks.
 pub(crate) struct Encoder {
     ident: Identity,
-    include_usage: bool,
-    /// The first tool-call fragment rides in the role chunk (T2).
-    role_with_first_tool: bool,
+    extras: Extras,
     role_pending: bool,
     output_tokens: u32,
+    /// Answer tokens written so far (the position logprobs are drawn for).
+    answer_tokens: u32,
     /// Message of the in-band error event.
     error_message: Option<String>,
 }
@@ -35,7 +54,9 @@ struct Chunk<'a> {
     object: &'static str,
     created: u64,
     model: &'a str,
-    system_fingerprint: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_tier: Option<&'a str>,
+    system_fingerprint: &'a str,
     choices: Vec<Choice<'a>>,
     /// Absent without `include_usage`; `null` on ordinary chunks with it (§1.11).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,7 +67,7 @@ struct Chunk<'a> {
 struct Choice<'a> {
     index: u32,
     delta: Delta<'a>,
-    logprobs: Option<()>,
+    logprobs: Option<ChoiceLogprobs>,
     finish_reason: Option<&'static str>,
 }
 
@@ -60,6 +81,12 @@ struct Delta<'a> {
     tool_calls: Option<[ToolDelta<'a>; 1]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<Option<&'a str>>,
+    /// Shown reasoning, DeepSeek's field (vLLM's older one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    /// Shown reasoning, vLLM's and OpenRouter's field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -80,30 +107,49 @@ struct FunctionDelta<'a> {
 }
 
 #[derive(Serialize, Clone, Copy)]
-struct UsageBody {
+pub(crate) struct UsageBody {
     prompt_tokens: u32,
     completion_tokens: u32,
     total_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct CompletionDetails {
+    reasoning_tokens: u32,
+    audio_tokens: u32,
+    accepted_prediction_tokens: u32,
+    rejected_prediction_tokens: u32,
 }
 
 impl UsageBody {
-    fn new(input: u32, output: u32) -> Self {
+    /// `streamed` tokens went out; reasoning models add their hidden reasoning, which
+    /// `completion_tokens` counts too, and say how much of it was reasoning.
+    pub(crate) fn new(input: u32, streamed: u32, extras: &Extras) -> Self {
+        let output = streamed.saturating_add(extras.reasoning.hidden);
         UsageBody {
             prompt_tokens: input,
             completion_tokens: output,
             total_tokens: input.saturating_add(output),
+            completion_tokens_details: extras.reports_reasoning.then_some(CompletionDetails {
+                reasoning_tokens: extras.reasoning.tokens,
+                audio_tokens: 0,
+                accepted_prediction_tokens: 0,
+                rejected_prediction_tokens: 0,
+            }),
         }
     }
 }
 
 impl Encoder {
-    pub fn new(ident: Identity, include_usage: bool, role_with_first_tool: bool) -> Self {
+    pub fn new(ident: Identity, extras: Extras) -> Self {
         Encoder {
             ident,
-            include_usage,
-            role_with_first_tool,
+            extras,
             role_pending: true,
             output_tokens: 0,
+            answer_tokens: 0,
             error_message: None,
         }
     }
@@ -113,8 +159,9 @@ impl Encoder {
         self
     }
 
-    pub fn identity(&self) -> &Identity {
-        &self.ident
+    /// What the whole-body answer (`bodies.rs`) is built from.
+    pub fn parts(&self) -> (&Identity, &Extras) {
+        (&self.ident, &self.extras)
     }
 
     pub fn error_message(&self) -> Option<&str> {
@@ -128,19 +175,39 @@ impl Encoder {
         }
         let delta = match step {
             Step::Open(kind) => match kind {
-                AnswerKind::Tools if self.role_with_first_tool => return Vec::new(),
+                AnswerKind::Tools if self.extras.role_with_first_tool => return Vec::new(),
                 AnswerKind::Tools => self.role_delta(Some(None), None),
                 AnswerKind::Text => self.role_delta(Some(Some("")), Some(None)),
                 AnswerKind::Refusal => self.role_delta(Some(None), Some(Some(""))),
             },
-            Step::Text(t) => Delta {
-                content: Some(Some(t)),
-                ..Delta::default()
-            },
-            Step::Refusal(t) => Delta {
-                refusal: Some(Some(t)),
-                ..Delta::default()
-            },
+            Step::Text(t) => {
+                let logprobs = self.logprobs(t).map(ChoiceLogprobs::content);
+                let delta = Delta {
+                    content: Some(Some(t)),
+                    ..Delta::default()
+                };
+                return vec![self.chunk_with(delta, logprobs, None)];
+            }
+            Step::Refusal(t) => {
+                let logprobs = self.logprobs(t).map(ChoiceLogprobs::refusal);
+                let delta = Delta {
+                    refusal: Some(Some(t)),
+                    ..Delta::default()
+                };
+                return vec![self.chunk_with(delta, logprobs, None)];
+            }
+            Step::Thinking(t) => {
+                // DeepSeek's reasoning chunks carry `content: null` beside the reasoning.
+                let mut delta = Delta {
+                    content: Some(None),
+                    ..Delta::default()
+                };
+                match self.extras.reasoning_field {
+                    "reasoning" => delta.reasoning = Some(t),
+                    _ => delta.reasoning_content = Some(t),
+                }
+                delta
+            }
             Step::ToolOpen { index, id, name } => {
                 let mut delta = if self.role_pending {
                     self.role_delta(Some(None), None)
@@ -173,8 +240,8 @@ impl Encoder {
             Step::Finish(stop) => {
                 return vec![self.chunk(Delta::default(), Some(finish_reason(*stop)))];
             }
-            Step::Usage if self.include_usage => {
-                let usage = UsageBody::new(self.ident.input_tokens, self.output_tokens);
+            Step::Usage if self.extras.include_usage => {
+                let usage = UsageBody::new(self.ident.input_tokens, self.output_tokens, &self.extras);
                 return vec![self.usage_chunk(usage)];
             }
             Step::Terminal => return vec![Bytes::from_static(b"data: [DONE]\n\n")],
@@ -185,9 +252,14 @@ impl Encoder {
                 )]
             }
             Step::InvalidUtf8 => return vec![self.invalid_utf8_chunk()],
-            Step::Usage | Step::ToolClose { .. } | Step::Wait(_) | Step::Bom | Step::HugeLine(_) | Step::Drop => {
-                return Vec::new()
-            }
+            Step::Usage
+            | Step::ToolClose { .. }
+            | Step::ThinkingEnd { .. }
+            | Step::Redacted(_)
+            | Step::Wait(_)
+            | Step::Bom
+            | Step::HugeLine(_)
+            | Step::Drop => return Vec::new(),
         };
         vec![self.chunk(delta, None)]
     }
@@ -198,18 +270,35 @@ impl Encoder {
             role: Some("assistant"),
             content,
             refusal,
-            tool_calls: None,
+            ..Delta::default()
         }
     }
 
+    /// The logprobs entry of the next answer token, when the request asked for them.
+    fn logprobs(&mut self, token: &str) -> Option<Vec<TokenLogprob>> {
+        let position = self.answer_tokens;
+        self.answer_tokens += 1;
+        let top = self.extras.logprobs?;
+        Some(vec![logprobs::entry(token, position, top)])
+    }
+
     fn chunk(&self, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Bytes {
+        self.chunk_with(delta, None, finish_reason)
+    }
+
+    fn chunk_with(
+        &self,
+        delta: Delta<'_>,
+        logprobs: Option<ChoiceLogprobs>,
+        finish_reason: Option<&'static str>,
+    ) -> Bytes {
         let choice = Choice {
             index: 0,
             delta,
-            logprobs: None,
+            logprobs,
             finish_reason,
         };
-        self.frame(vec![choice], self.include_usage.then_some(None))
+        self.frame(vec![choice], self.extras.include_usage.then_some(None))
     }
 
     fn usage_chunk(&self, usage: UsageBody) -> Bytes {
@@ -222,7 +311,8 @@ impl Encoder {
             object: "chat.completion.chunk",
             created: self.ident.created,
             model: &self.ident.model,
-            system_fingerprint: "fp_sim",
+            service_tier: self.ident.service_tier.as_deref(),
+            system_fingerprint: &self.ident.system_fingerprint,
             choices,
             usage,
         };
@@ -243,7 +333,7 @@ impl Encoder {
     }
 }
 
-fn finish_reason(stop: Stop) -> &'static str {
+pub(crate) fn finish_reason(stop: Stop) -> &'static str {
     match stop {
         Stop::EndTurn | Stop::Refusal => "stop",
         Stop::ToolCalls => "tool_calls",
@@ -282,82 +372,21 @@ fn in_band_error(message: Option<&str>) -> Bytes {
     sse_data(body.to_string().as_bytes())
 }
 
-/// The non-streaming `chat.completion` body.
-pub(crate) fn completion(ident: &Identity, agg: &Aggregate) -> serde_json::Value {
-    let tool_calls: Vec<serde_json::Value> = agg
-        .tool_calls
-        .iter()
-        .map(|c| {
-            json!({"id": c.id, "type": "function",
-                   "function": {"name": c.name, "arguments": c.arguments}})
-        })
-        .collect();
-    let mut message = json!({
-        "role": "assistant",
-        "content": if agg.tool_calls.is_empty() && agg.refusal.is_none() {
-            json!(agg.text)
-        } else {
-            json!(null)
-        },
-        "refusal": agg.refusal,
-        "annotations": [],
-    });
-    if !tool_calls.is_empty() {
-        message["tool_calls"] = json!(tool_calls);
-    }
-    json!({
-        "id": ident.id,
-        "object": "chat.completion",
-        "created": ident.created,
-        "model": ident.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": null,
-            "finish_reason": finish_reason(agg.stop.unwrap_or(Stop::EndTurn)),
-        }],
-        "usage": UsageBody::new(ident.input_tokens, agg.output_tokens),
-        "system_fingerprint": "fp_sim",
-    })
+/// `fp_` and ten hex digits of a hash of the model: fixed per model, as OpenAI's are per
+/// backend configuration.
+pub(crate) fn fingerprint(model: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(model.as_bytes());
+    format!("fp_{}", &hex::encode(digest)[..10])
 }
 
-/// The error envelope for an HTTP status (§6.1).
-pub(crate) fn error_body(status: u16, message: Option<&str>) -> serde_json::Value {
-    let (kind, code, default_message) = match status {
-        401 => (
-            "invalid_request_error",
-            Some("invalid_api_key"),
-            "Incorrect API key provided.",
-        ),
-        403 => (
-            "invalid_request_error",
-            Some("unsupported_country_region_territory"),
-            "Country, region, or territory not supported.",
-        ),
-        404 => (
-            "invalid_request_error",
-            Some("model_not_found"),
-            "The model does not exist or you do not have access to it.",
-        ),
-        429 => (
-            "requests",
-            Some("rate_limit_exceeded"),
-            "Rate limit reached for requests. Please try again later.",
-        ),
-        503 => (
-            "server_error",
-            Some("server_is_overloaded"),
-            "The engine is currently overloaded, please try again later",
-        ),
-        500..=599 => (
-            "server_error",
-            None,
-            "The server had an error while processing your request. Sorry about that!",
-        ),
-        _ => ("invalid_request_error", None, "Invalid request."),
-    };
-    json!({"error": {
-        "message": message.unwrap_or(default_message),
-        "type": kind, "param": null, "code": code
-    }})
+/// The tier a response reports for the tier asked: `auto` is served by `default`, and
+/// `fast` is reported as `priority` (§1.5).
+pub(crate) fn served_tier(asked: &str) -> String {
+    match asked {
+        "auto" => "default",
+        "fast" => "priority",
+        other => other,
+    }
+    .to_owned()
 }

@@ -12,6 +12,7 @@ use super::bounds::probability;
 use super::continuation::{PrefillOutcome, Reading};
 use super::faults::Faults;
 use super::quality::{self, Verdict};
+use super::reasoning::{self, Thought};
 use super::record::SimEnd;
 use super::request::Asks;
 use super::scenario::{Scenario, ToolCallSpec};
@@ -60,6 +61,16 @@ pub(crate) enum Step {
     ToolClose {
         index: u32,
     },
+    /// One delta of shown reasoning: an Anthropic `thinking_delta`, an OpenAI-compatible
+    /// server's `reasoning_content` (or `reasoning`) delta.
+    Thinking(String),
+    /// The thinking block ends: Anthropic's one `signature_delta` and `content_block_stop`
+    /// (nothing on the OpenAI wire).
+    ThinkingEnd {
+        signature: String,
+    },
+    /// Anthropic: a whole `redacted_thinking` block (nothing on the OpenAI wire).
+    Redacted(String),
     Finish(Stop),
     /// OpenAI usage chunk (when asked for); nothing on Anthropic.
     Usage,
@@ -73,14 +84,22 @@ pub(crate) enum Step {
 }
 
 impl Step {
-    /// Counts toward `tokens_sent` and the `*_after_tokens` faults.
+    /// Counts toward `tokens_sent`, the usage and the `*_after_tokens` faults: a reasoning
+    /// delta is a token like a text token.
     pub fn is_token(&self) -> bool {
-        matches!(self, Step::Text(_) | Step::Refusal(_) | Step::ToolArgs { .. })
+        matches!(
+            self,
+            Step::Text(_) | Step::Refusal(_) | Step::ToolArgs { .. } | Step::Thinking(_)
+        )
     }
 
-    /// Marks the first content token (a tool call's start counts, per the commit rule).
+    /// Marks the first content token (a tool call's start counts, per the commit rule);
+    /// reasoning is not the answer's content.
     pub fn is_content(&self) -> bool {
-        self.is_token() || matches!(self, Step::ToolOpen { .. })
+        matches!(
+            self,
+            Step::Text(_) | Step::Refusal(_) | Step::ToolArgs { .. } | Step::ToolOpen { .. }
+        )
     }
 }
 
@@ -91,6 +110,35 @@ pub(crate) struct StatusError {
     pub message: Option<String>,
     pub retry_after_s: Option<u64>,
     pub retry_after_ms: Option<u64>,
+    /// OpenAI's `error.param` and `error.code` (the status's defaults when `None`); the
+    /// Anthropic envelope has neither.
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl StatusError {
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        StatusError {
+            status,
+            message: Some(message.into()),
+            retry_after_s: None,
+            retry_after_ms: None,
+            param: None,
+            code: None,
+        }
+    }
+
+    /// A 400 `invalid_request_error` with this message.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        StatusError::new(400, message)
+    }
+
+    /// Names the request field at fault and OpenAI's code for the fault.
+    pub fn at(mut self, param: impl Into<String>, code: &'static str) -> Self {
+        self.param = Some(param.into());
+        self.code = Some(code);
+        self
+    }
 }
 
 /// The script for one streamed (or aggregated) answer.
@@ -103,6 +151,18 @@ pub(crate) struct Script {
     pub ttft: Duration,
     /// What was done with the request's prefill (`None` without one).
     pub continuation: Option<PrefillOutcome>,
+    /// The answer opens with shown reasoning (Anthropic: a thinking block at index 0).
+    pub thinks: bool,
+    pub reasoning: ReasoningUsage,
+}
+
+/// Reasoning tokens of one answer, for its usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ReasoningUsage {
+    /// Spent in all, streamed or not.
+    pub tokens: u32,
+    /// Never streamed, so not among the steps' tokens.
+    pub hidden: u32,
 }
 
 pub(crate) enum Plan {
@@ -135,23 +195,48 @@ pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, id
                 message: f.message.clone(),
                 retry_after_s: f.retry_after_s,
                 retry_after_ms: f.retry_after_ms,
+                param: None,
+                code: None,
             });
         }
     }
     let ttft = timing::ttft(scenario, cx.moment, rng);
+    let limit = cx.asks.max_tokens.filter(|_| !scenario.ignores_request);
+    let mode = reasoning::mode(cx.wire, cx.asks.reasoning, scenario.thinking.openai);
+    let mut thought = reasoning::think(mode, &cx.asks.prompt, &scenario.thinking, limit);
+    // max_tokens counts the reasoning: the answer gets what is left, and none when the
+    // reasoning used it all.
+    let left = limit.map(|m| m.saturating_sub(thought.tokens));
     let Answer {
         kind,
         mut beats,
         stop,
         continuation,
-    } = answer_beats(scenario, cx, rng, ids);
+    } = match left {
+        Some(0) if thought.tokens > 0 => Answer {
+            kind: AnswerKind::Text,
+            beats: Vec::new(),
+            stop: Stop::Length,
+            continuation: cx.reading.outcome_without_text(),
+        },
+        _ => answer_beats(scenario, cx, left, rng, ids),
+    };
+    if kind == AnswerKind::Refusal {
+        thought = Thought::default();
+    }
     let mut faults = Faults::draw(f, rng);
     if let (Some(bytes), true, AnswerKind::Text) = (f.drop_after_bytes, faults.drops, kind) {
         if let Some((cut, before)) = cut_text_beats(&beats, bytes) {
             beats = cut;
-            faults.drop_at(before);
+            faults.drop_at(before.saturating_add(thought.tokens - thought.hidden));
         }
     }
+    let thinks = !thought.beats.is_empty();
+    let usage = ReasoningUsage {
+        tokens: thought.tokens,
+        hidden: thought.hidden,
+    };
+    let beats: Vec<Beat> = thought.beats.into_iter().chain(beats).collect();
 
     let mut steps = Vec::with_capacity(beats.len() * 2 + 8);
     if f.bom {
@@ -164,6 +249,8 @@ pub(crate) fn plan(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, id
         end,
         ttft,
         continuation,
+        thinks,
+        reasoning: usage,
     };
     if let Some(bytes) = f.huge_line_bytes {
         steps.push(Step::HugeLine(bytes));
@@ -219,7 +306,14 @@ struct Answer {
     continuation: Option<PrefillOutcome>,
 }
 
-fn answer_beats(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: &mut SmallRng) -> Answer {
+/// The answer's beats; `limit` is what max_tokens leaves after the reasoning.
+fn answer_beats(
+    scenario: &Scenario,
+    cx: &Context<'_>,
+    limit: Option<u32>,
+    rng: &mut SmallRng,
+    ids: &mut SmallRng,
+) -> Answer {
     let truncate = scenario.failure.length_in_tool_call;
     let continuation = cx.reading.outcome_without_text();
     // An explicit answer (tool calls or text) wins over what the request asks for.
@@ -246,7 +340,6 @@ fn answer_beats(scenario: &Scenario, cx: &Context<'_>, rng: &mut SmallRng, ids: 
         };
     }
     let honours = !scenario.ignores_request && scenario.text.is_none();
-    let limit = cx.asks.max_tokens.filter(|_| !scenario.ignores_request);
     let asked_call = cx.asks.tool().filter(|_| honours).map(|(name, params)| {
         let arguments = schema::instance(params, rng).to_string();
         vec![ToolCallSpec {

@@ -1,11 +1,13 @@
 //! Reads what the simulator needs from an incoming OpenAI or Anthropic request body: stream
 //! or not, usage wanted, a rough input token count, the final assistant message (a prefill)
-//! with the marks that say which continuation convention it follows, and what the answer is
-//! asked to be (`Asks`: offered tools and the tool choice, JSON mode or a schema, max_tokens).
+//! with the marks that say which continuation convention it follows, what the answer is
+//! asked to be (`Asks`: offered tools and the tool choice, JSON mode or a schema, max_tokens,
+//! the reasoning), and what OpenAI chunks must carry (logprobs, the service tier).
 
 use serde_json::Value;
 
 use super::answer::estimate_tokens;
+use super::reasoning::{asked_by_model, Asked};
 
 /// The parts of a request that change the simulated answer.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -17,6 +19,10 @@ pub(crate) struct Inbound {
     /// The final assistant message, when the request ends with one that has text.
     pub prefill: Option<Prefill>,
     pub model: Option<String>,
+    /// OpenAI `logprobs: true`: the `top_logprobs` asked for (0 without).
+    pub logprobs: Option<u8>,
+    /// OpenAI `service_tier`, as asked.
+    pub service_tier: Option<String>,
     pub asks: Asks,
 }
 
@@ -38,6 +44,8 @@ pub(crate) struct Asks {
     /// user message with a `tool_result` block): a model then answers in text unless the
     /// request names the tool to call, so an agent loop ends.
     pub after_tool_result: bool,
+    /// Reasoning the request turns on (Anthropic `thinking`) or its model always does.
+    pub reasoning: Asked,
 }
 
 /// Whether and which tool the answer must call.
@@ -92,6 +100,11 @@ pub(crate) fn openai(body: &Value) -> Inbound {
         input_tokens: estimate_tokens(&all_text(&messages)).max(1),
         prefill: prefill(body, &messages),
         model: model(body),
+        logprobs: flag(body, "logprobs").then(|| {
+            let top = body.get("top_logprobs").and_then(Value::as_u64).unwrap_or(0);
+            u8::try_from(top.min(20)).unwrap_or(20)
+        }),
+        service_tier: body.get("service_tier").and_then(Value::as_str).map(str::to_owned),
         asks: Asks {
             max_tokens: count(body, "max_completion_tokens").or_else(|| count(body, "max_tokens")),
             tools: tools(body, |t| {
@@ -118,6 +131,7 @@ pub(crate) fn openai(body: &Value) -> Inbound {
             prompt: last_user(&messages),
             digest: digest("", &messages),
             after_tool_result: messages.last().is_some_and(|(role, _)| role == "tool"),
+            reasoning: model(body).as_deref().map(asked_by_model).unwrap_or_default(),
         },
     }
 }
@@ -132,6 +146,8 @@ pub(crate) fn anthropic(body: &Value) -> Inbound {
         input_tokens: (estimate_tokens(&system) + estimate_tokens(&all_text(&messages))).max(1),
         prefill: prefill(body, &messages),
         model: model(body),
+        logprobs: None,
+        service_tier: None,
         asks: Asks {
             max_tokens: count(body, "max_tokens"),
             tools: tools(body, |t| Some((t.get("name")?.as_str()?, t.get("input_schema")))),
@@ -148,7 +164,21 @@ pub(crate) fn anthropic(body: &Value) -> Inbound {
             prompt: last_user(&messages),
             digest: digest(&system, &messages),
             after_tool_result: ends_in_tool_result(body),
+            reasoning: thinking(body),
         },
+    }
+}
+
+/// What an Anthropic request's `thinking` asks for (`strict` refuses a malformed one first).
+fn thinking(body: &Value) -> Asked {
+    let Some(config) = body.get("thinking") else {
+        return Asked::Nothing;
+    };
+    match config.get("type").and_then(Value::as_str) {
+        Some("enabled" | "adaptive") => Asked::Thinking {
+            omitted: config.get("display").and_then(Value::as_str) == Some("omitted"),
+        },
+        _ => Asked::Nothing,
     }
 }
 

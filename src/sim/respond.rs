@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::aggregate::{Aggregate, Fault};
 use super::answer::random_id;
+use super::cache::CacheUse;
 use super::continuation::{self, PrefillOutcome, Verdict};
 use super::plan::{plan, Context, Plan, Script, StatusError, Wire};
 use super::record::{Arrival, RecordGuard, SimEnd};
@@ -22,7 +23,7 @@ use super::scenario::Scenario;
 use super::server::SimState;
 use super::stream::{self, Encoder};
 use super::timing::Moment;
-use super::{anthropic, openai};
+use super::{anthropic, bodies, openai, reasoning};
 
 /// Everything one response is built from.
 struct Reply<'a> {
@@ -74,7 +75,8 @@ pub(crate) async fn respond(
         return reply.error(guard, &error);
     };
     // What a real API refuses before anything else (`strict`), whatever the scenario.
-    if let Some(error) = super::strict::refusal(wire, &parsed) {
+    let beta = headers.get("anthropic-beta").and_then(|v| v.to_str().ok());
+    if let Some(error) = super::strict::refusal(wire, &parsed, beta) {
         return reply.error(guard, &error);
     }
     let Some((scenario, number)) = state.next_request(&scenario_name) else {
@@ -118,7 +120,12 @@ pub(crate) async fn respond(
                 r.continuation = script.continuation;
                 r.continued = script.continuation == Some(PrefillOutcome::Exact);
             });
-            let encoder = encoder(wire, &scenario, &inbound, &script, &mut ids);
+            let scope = format!("{scenario_name}/{}", inbound.model.as_deref().unwrap_or_default());
+            let cache = match wire {
+                Wire::Anthropic => state.cache.charge(&scope, &parsed, inbound.input_tokens),
+                Wire::OpenAi => (CacheUse::default(), inbound.input_tokens),
+            };
+            let encoder = encoder(wire, &scenario, &inbound, &script, cache, &mut ids);
             if inbound.stream {
                 reply.stream(guard, script, encoder, scenario.chunk_split)
             } else {
@@ -129,15 +136,17 @@ pub(crate) async fn respond(
 }
 
 fn status_error(status: u16, message: &str) -> StatusError {
-    StatusError {
-        status,
-        message: Some(message.to_owned()),
-        retry_after_s: None,
-        retry_after_ms: None,
-    }
+    StatusError::new(status, message)
 }
 
-fn encoder(wire: Wire, scenario: &Scenario, inbound: &Inbound, script: &Script, ids: &mut SmallRng) -> Encoder {
+fn encoder(
+    wire: Wire,
+    scenario: &Scenario,
+    inbound: &Inbound,
+    script: &Script,
+    (cache, uncached): (CacheUse, u32),
+    ids: &mut SmallRng,
+) -> Encoder {
     let model = scenario
         .model
         .clone()
@@ -149,19 +158,30 @@ fn encoder(wire: Wire, scenario: &Scenario, inbound: &Inbound, script: &Script, 
             let ident = openai::Identity {
                 id: random_id("chatcmpl-", 29, ids),
                 created: unix_now(),
+                system_fingerprint: openai::fingerprint(&model),
                 model,
                 input_tokens: inbound.input_tokens,
+                service_tier: inbound.service_tier.as_deref().map(openai::served_tier),
             };
-            let e = openai::Encoder::new(ident, inbound.include_usage, scenario.tool_first_with_role);
-            Encoder::OpenAi(e.with_error_message(message))
+            let extras = openai::Extras {
+                include_usage: inbound.include_usage,
+                role_with_first_tool: scenario.tool_first_with_role,
+                logprobs: inbound.logprobs,
+                reasoning_field: reasoning::openai_field(scenario.thinking.openai),
+                reasoning: script.reasoning,
+                reports_reasoning: script.reasoning.tokens > 0,
+            };
+            Encoder::OpenAi(openai::Encoder::new(ident, extras).with_error_message(message))
         }
         Wire::Anthropic => {
             let ident = anthropic::Identity {
                 id: random_id("msg_01", 22, ids),
                 model,
-                input_tokens: inbound.input_tokens,
+                input_tokens: uncached,
+                cache,
+                hidden_tokens: script.reasoning.hidden,
             };
-            Encoder::Anthropic(anthropic::Encoder::new(ident, script.kind, message))
+            Encoder::Anthropic(anthropic::Encoder::new(ident, script.kind, script.thinks, message))
         }
     }
 }
@@ -182,8 +202,8 @@ impl Reply<'_> {
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let message = error.message.as_deref();
         let body = match self.wire {
-            Wire::OpenAi => openai::error_body(status.as_u16(), message),
-            Wire::Anthropic => anthropic::error_body(status.as_u16(), message, &self.upstream_id),
+            Wire::OpenAi => bodies::openai_error(status.as_u16(), message, error.param.as_deref(), error.code),
+            Wire::Anthropic => bodies::anthropic_error(status.as_u16(), message, &self.upstream_id),
         };
         self.state.log.update(self.record, |r| r.status = status.as_u16());
         guard.finish(SimEnd::ErrorStatus);
@@ -220,8 +240,8 @@ impl Reply<'_> {
             .log
             .update(self.record, |r| r.tokens_sent = agg.output_tokens);
         let json = match &encoder {
-            Encoder::OpenAi(e) => openai::completion(e.identity(), &agg),
-            Encoder::Anthropic(e) => anthropic::message(e.identity(), &agg),
+            Encoder::OpenAi(e) => bodies::openai_completion(e, &agg),
+            Encoder::Anthropic(e) => bodies::anthropic_message(e.identity(), &agg),
         };
         let text = json.to_string();
         let body = match agg.fault {
@@ -235,10 +255,8 @@ impl Reply<'_> {
                     Encoder::Anthropic(e) => e.error_message(),
                 };
                 let error = StatusError {
-                    status,
                     message: message.map(str::to_owned),
-                    retry_after_s: None,
-                    retry_after_ms: None,
+                    ..StatusError::new(status, "")
                 };
                 return self.error(guard, &error);
             }

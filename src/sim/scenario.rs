@@ -46,6 +46,8 @@ pub struct Scenario {
     /// Play a model that ignores what the request asks for (offered tools, JSON mode or a
     /// schema, max_tokens). Off by default: the answer honours them.
     pub ignores_request: bool,
+    /// How the model shows its reasoning when the request turns it on (`reasoning.rs`).
+    pub thinking: Thinking,
     /// How well the model answers what it is asked (`quality.rs`): a preset name or rates.
     /// `None` (the default): answers are generated words, tools and JSON always valid.
     #[serde(
@@ -75,9 +77,53 @@ impl Default for Scenario {
             seed: 0,
             ignores_request: false,
             phases: Vec::new(),
+            thinking: Thinking::default(),
             quality: None,
         }
     }
+}
+
+/// The reasoning a model shows before its answer, when the request asks for it (Anthropic
+/// `thinking`) or the model always reasons (OpenAI's reasoning models, DeepSeek-style
+/// reasoners; see `reasoning.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Thinking {
+    /// Reasoning deltas before the answer, each one token (a few words). OpenAI reasoning
+    /// models spend as many hidden reasoning tokens.
+    pub deltas: u32,
+    /// Anthropic: a `redacted_thinking` block follows the thinking block.
+    pub redacted: bool,
+    /// OpenAI wire: where the model's reasoning goes.
+    pub openai: OpenAiReasoning,
+}
+
+impl Default for Thinking {
+    fn default() -> Self {
+        Thinking {
+            deltas: 6,
+            redacted: false,
+            openai: OpenAiReasoning::ByModel,
+        }
+    }
+}
+
+/// Where an OpenAI-wire model's reasoning goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenAiReasoning {
+    /// By the model id: OpenAI's reasoning models (`o1`, `o3`, `o4`, `gpt-5`) reason
+    /// hidden, counted in `completion_tokens_details.reasoning_tokens`; an id naming a
+    /// reasoner (`reasoner`, `r1`: `deepseek-reasoner`, `DeepSeek-R1-Distill`) streams
+    /// `delta.reasoning_content` first, as DeepSeek does; others do not reason.
+    #[default]
+    ByModel,
+    /// `delta.reasoning_content` deltas first (DeepSeek, llama.cpp, older vLLM), any model.
+    ReasoningContent,
+    /// `delta.reasoning` deltas first (vLLM 2026, OpenRouter), any model.
+    Reasoning,
+    /// No reasoning, whatever the model.
+    None,
 }
 
 /// One phase of a scenario's schedule: for `ms` milliseconds, these parts replace the

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::cache::PromptCache;
 use super::plan::Wire;
 use super::profiles::{profile, profile_names};
 use super::record::{SimClock, SimLog, SimRecord};
@@ -25,6 +26,8 @@ use super::scenario::Scenario;
 pub(crate) struct SimState {
     scenarios: Mutex<BTreeMap<String, Slot>>,
     pub log: Arc<SimLog>,
+    /// Anthropic prompt-cache prefixes seen recently (`cache.rs`).
+    pub cache: PromptCache,
 }
 
 struct Slot {
@@ -39,6 +42,7 @@ impl SimState {
         SimState {
             scenarios: Mutex::new(slots),
             log: Arc::new(SimLog::new(SimClock::start())),
+            cache: PromptCache::default(),
         }
     }
 

@@ -9,10 +9,14 @@ use serde_json::{json, Value};
 
 use super::*;
 
+mod caching;
 mod continuation;
 mod control;
 mod cuts;
 mod faults;
+mod openai_extras;
+mod strict;
+mod thinking;
 mod wire;
 
 /// Both wire formats, by the name a record gives them.
