@@ -17,8 +17,8 @@ pub struct Transcript {
     /// The client was shown the route's reasoning: a new answer cannot pass for this one, and
     /// no continuation can carry its (signed) thinking on.
     pub thinking: bool,
-    /// The client was handed extras of the route's answer (`types::Extra`).
-    pub extras: bool,
+    /// The client was handed the route's log-probabilities (`types::ExtraField::Logprobs`).
+    pub logprobs: bool,
 }
 
 impl Transcript {

@@ -235,9 +235,10 @@ impl Run {
             // An answer past the transcript's cap is not held whole: nothing to keep.
             return;
         }
-        if self.transcript.thinking || self.transcript.extras {
-            // The cache keeps text and tool calls: an answer with reasoning or extras would
-            // come back without them.
+        if self.transcript.thinking || self.transcript.logprobs {
+            // The cache keeps text and tool calls: an answer with reasoning or logprobs would
+            // come back without them. (A route's fingerprint or tier says nothing of an
+            // answer the cache serves.)
             return;
         }
         let answer = crate::mux::cache::CachedAnswer {

@@ -18,7 +18,7 @@ use crate::mux::attempt::{Attempt, AttemptEvent};
 use crate::mux::seam::{Seam, SeamOut, SeamVerdict};
 use crate::mux::MuxError;
 use crate::telemetry as t;
-use crate::types::{Blame, FinishReason, MidStreamPolicy, StreamEvent};
+use crate::types::{Blame, ExtraField, FinishReason, MidStreamPolicy, StreamEvent};
 
 /// The committed attempt and how its text joins what the client holds.
 pub(super) struct Streaming {
@@ -118,9 +118,10 @@ impl Run {
         let extras = s.cur.take_extras();
         if !extras.is_empty() && !matches!(s.seam, Seam::Swallow { .. }) {
             let wire = self.ctx.dialect.wire();
-            let mut theirs = extras.into_iter().filter(|e| Some(e.wire) == wire).peekable();
-            self.transcript.extras |= theirs.peek().is_some();
-            out.extend(theirs.map(|e| StreamEvent::Extra(Box::new(e))));
+            for extra in extras.into_iter().filter(|e| Some(e.wire) == wire) {
+                self.transcript.logprobs |= extra.field == ExtraField::Logprobs;
+                out.push(StreamEvent::Extra(Box::new(extra)));
+            }
         }
         if matches!(ev, AttemptEvent::ToolCall(_) | AttemptEvent::Finished(_)) {
             // Whatever the seam still holds is settled before a tool call or the end.
