@@ -122,6 +122,63 @@ def foreign_tenant_is_permission_denied():
     raise AssertionError("expected PermissionDeniedError")
 
 
+THINKING = {"type": "enabled", "budget_tokens": 1024}
+WEATHER = [{"name": "get_weather", "input_schema": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}}}]
+
+
+def thinking_streams_with_its_signature():
+    seen = set()
+    with client.messages.stream(model="chat-anthropic", max_tokens=2048, thinking=THINKING,
+                                messages=HI) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                seen.add(event.delta.type)
+        final = stream.get_final_message()
+    assert {"thinking_delta", "signature_delta", "text_delta"} <= seen, seen
+    assert final.content[0].type == "thinking", final.content
+    assert final.content[0].thinking and final.content[0].signature, final.content[0]
+    assert final.content[-1].text == TEXT, final.content
+
+
+def a_tool_loop_sends_the_signed_thinking_back():
+    ask = [{"role": "user", "content": "weather?"}]
+    first = client.messages.create(model="tools-anthropic", max_tokens=2048, thinking=THINKING,
+                                   tools=WEATHER, messages=ask)
+    assert first.content[0].type == "thinking", first.content
+    call = next(b for b in first.content if b.type == "tool_use")
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "18 C"}]}
+    # The SDK's own objects sent back as they are, as applications do.
+    again = client.messages.create(model="tools-anthropic", max_tokens=2048, thinking=THINKING, tools=WEATHER,
+                                   messages=ask + [{"role": "assistant", "content": first.content}, result])
+    assert again.content, again
+    try:
+        client.messages.create(model="tools-anthropic", max_tokens=2048, thinking=THINKING, tools=WEATHER,
+                               messages=ask + [{"role": "assistant", "content": [call]}, result])
+    except anthropic.BadRequestError as e:
+        assert "thinking" in str(e), e
+        return
+    raise AssertionError("a tool turn without its thinking block was accepted")
+
+
+def prompt_caching_is_reported():
+    system = [{"type": "text", "text": "You answer briefly. " * 60, "cache_control": {"type": "ephemeral"}}]
+    first = client.messages.create(model="chat-anthropic", max_tokens=64, system=system, messages=HI)
+    assert first.usage.cache_creation_input_tokens > 0, first.usage
+    second = client.messages.create(model="chat-anthropic", max_tokens=64, system=system, messages=HI)
+    assert second.usage.cache_read_input_tokens > 0, second.usage
+
+
+def tokens_are_counted():
+    counted = client.messages.count_tokens(model="chat-anthropic", messages=HI)
+    assert counted.input_tokens > 0, counted
+
+
+check("thinking streams with its signature", thinking_streams_with_its_signature)
+check("a tool loop sends the signed thinking back (and is refused without it)",
+      a_tool_loop_sends_the_signed_thinking_back)
+check("prompt caching is reported", prompt_caching_is_reported)
+check("count_tokens answers", tokens_are_counted)
 check("openai route streams text to the anthropic SDK", streams_text("chat"))
 check("anthropic route streams text", streams_text("chat-anthropic"))
 check("raw events carry their types", raw_events_are_typed)

@@ -130,6 +130,55 @@ def models_are_listed_for_the_key():
     assert "chat" in ids, ids
 
 
+def logprobs_ride_on_their_text():
+    msgs = [{"role": "user", "content": "hi"}]
+    whole = client.chat.completions.create(model="chat", logprobs=True, top_logprobs=2, messages=msgs)
+    tokens = whole.choices[0].logprobs.content
+    assert "".join(t.token for t in tokens) == whole.choices[0].message.content, tokens
+    assert all(len(t.top_logprobs) == 2 for t in tokens), tokens
+    assert whole.system_fingerprint and whole.system_fingerprint.startswith("fp_"), whole
+    text, listed = "", ""
+    for chunk in client.chat.completions.create(model="chat", stream=True, logprobs=True, messages=msgs):
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            listed += "".join(t.token for t in (c.logprobs.content or [])) if c.logprobs else ""
+    assert listed == text, (listed, text)
+
+
+def reasoning_model_takes_max_completion_tokens():
+    m = client.chat.completions.create(
+        model="reasoning", max_completion_tokens=200, reasoning_effort="low",
+        messages=[{"role": "user", "content": "hi"}])
+    assert m.choices[0].message.content, m
+    assert m.usage.completion_tokens_details.reasoning_tokens > 0, m.usage
+
+
+def reasoning_content_streams_before_the_text():
+    reasoning, text, order = "", "", []
+    for chunk in client.chat.completions.create(
+            model="reasoner", stream=True, messages=[{"role": "user", "content": "hi"}]):
+        for c in chunk.choices:
+            extra = (c.delta.model_extra or {}).get("reasoning_content")
+            if extra:
+                reasoning += extra
+                order.append("r")
+            if c.delta.content:
+                text += c.delta.content
+                order.append("t")
+    assert reasoning and text == "Hello from tailcut through the official SDK.", (reasoning, text)
+    assert order.index("r") < order.index("t"), order
+
+
+def a_model_is_described():
+    m = client.models.retrieve("chat")
+    assert m.id == "chat", m
+
+
+check("logprobs ride on their text, streamed and whole", logprobs_ride_on_their_text)
+check("a reasoning model gets max_completion_tokens and reports reasoning tokens",
+      reasoning_model_takes_max_completion_tokens)
+check("reasoning_content streams before the text", reasoning_content_streams_before_the_text)
+check("models.retrieve describes one model", a_model_is_described)
 check("openai route streams text and usage", streams_text("chat"))
 check("anthropic route streams text to the openai SDK", streams_text("chat-anthropic"))
 check("non-streaming completion", non_streaming)
