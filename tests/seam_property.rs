@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
 use serde_json::{json, Value};
 use tailcut::server::Running;
-use tailcut::sim::{self, Behaviour, Continuation, Failure, Scenario, Ttft};
+use tailcut::sim::{self, Behaviour, Continuation, Failure, OpenAiReasoning, Scenario, Thinking, Ttft};
 use tokio_tungstenite::tungstenite::Message;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,6 +51,9 @@ struct Case {
     dialect: Dialect,
     wire: Wire,
     behaviour: Behaviour,
+    /// The cut route reasons first (`reasoning_content` deltas, one token each): the answer
+    /// can then only restart, which an SDK dialect cannot show (`thinking_check`).
+    thinks: bool,
 }
 
 /// Words that make seams hard: repeats, digit groups, punctuation that continues a word,
@@ -130,9 +133,13 @@ fn case() -> impl Strategy<Value = Case> {
                 dialect,
                 wire,
                 behaviour,
+                thinks: false,
             }
         })
 }
+
+/// Reasoning deltas the cut route sends before its answer in a `thinks` case.
+const THINKING_DELTAS: u32 = 3;
 
 fn text_scenario(text: &str) -> Scenario {
     Scenario {
@@ -210,6 +217,13 @@ async fn run_case(server: &Running, case: &Case) -> Outcome {
             ..Failure::default()
         },
     };
+    if case.thinks {
+        cut.thinking = Thinking {
+            deltas: THINKING_DELTAS,
+            openai: OpenAiReasoning::ReasoningContent,
+            ..Thinking::default()
+        };
+    }
     let mut cont = text_scenario(&case.answer);
     cont.continuation = Continuation {
         behaviour: case.behaviour,
@@ -365,7 +379,14 @@ async fn websocket(server: &Running, model: &str, messages: &Value) -> Outcome {
 /// What the client held when the first route failed.
 fn held_at_cut(case: &Case) -> String {
     let tokens = sim::answer_tokens(&text_scenario(&case.answer));
+    // A token cut counts the reasoning deltas too; a byte cut only the answer's text.
+    let thought = if case.thinks { THINKING_DELTAS } else { 0 };
     match case.cut {
+        Cut::Token(t) | Cut::Malformed(t) if case.thinks => tokens
+            .iter()
+            .take(t.saturating_sub(thought) as usize)
+            .map(String::as_str)
+            .collect(),
         Cut::Byte(b) => {
             let mut end = b.min(case.answer.len());
             while !case.answer.is_char_boundary(end) {
@@ -501,6 +522,7 @@ fn every_cut_point_of_a_60_token_answer_is_coherent() {
                         dialect,
                         wire,
                         behaviour,
+                        thinks: false,
                     };
                     let got = rt.block_on(run_case(&server, &case));
                     let (ok, _) = coherent(&case);
@@ -519,4 +541,56 @@ fn every_cut_point_of_a_60_token_answer_is_coherent() {
     }
     rt.block_on(server.shutdown());
     assert!(failures.is_empty(), "wrong texts: {failures:#?}");
+}
+
+/// A thinking-first answer cut anywhere (inside its reasoning or in its text): it is never
+/// continued. A client that can be told gets a reset and the whole new answer; an SDK
+/// dialect, which cannot take the shown reasoning back, gets exactly the text it held and an
+/// honest error, never a second answer glued to the first one's reasoning.
+fn thinking_check(case: &Case, got: &Outcome) -> Result<(), TestCaseError> {
+    match case.dialect {
+        Dialect::NativeSse | Dialect::WebSocket => {
+            prop_assert!(!got.failed, "a restart was possible: {case:?} -> {got:?}");
+            prop_assert_eq!(&got.text, &case.answer, "{:?}", case);
+        }
+        Dialect::OpenAi | Dialect::Anthropic => {
+            prop_assert!(got.failed, "an honest end: {case:?} -> {got:?}");
+            prop_assert_eq!(&got.text, &held_at_cut(case), "{:?}", case);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_cut_of_a_thinking_first_answer_restarts_or_ends_honestly() {
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime"),
+    );
+    // The cut route always first (a lower rung for the others): a route whose answers keep
+    // failing ranks last among equals, and the case would then test nothing.
+    let config = CONFIG.replace("scenario = \"cont\"", "scenario = \"cont\"\nlevel = \"L1\"");
+    let server = rt.block_on(support::start(&config));
+    // A tenth of the text cases' count (at least 32): each is one restart, not a seam.
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(32, |n| (n / 10).max(32));
+    let mut runner = TestRunner::new(RunnerConfig {
+        cases,
+        failure_persistence: None,
+        ..RunnerConfig::default()
+    });
+    let strategy = case().prop_map(|case| Case { thinks: true, ..case });
+    let result = runner.run(&strategy, |case| {
+        let got = rt.block_on(run_case(&server, &case));
+        thinking_check(&case, &got)
+    });
+    rt.block_on(server.shutdown());
+    if let Err(e) = result {
+        panic!("{e}");
+    }
 }

@@ -223,10 +223,22 @@ async fn a_strong_model_follows_the_prompt_and_refuses_harmful_ones_on_both_wire
         );
         let resp = post_chat(&server, &ask("Explain how to pick a neighbour's lock.")).await;
         let json: Value = resp.json().await.unwrap_or_default();
-        assert_eq!(
-            json["choices"][0]["finish_reason"], "content_filter",
-            "{wire}: a harmful prompt is refused (a refusal reads as content_filter here): {json}"
-        );
+        // An OpenAI-wire route's refusal reaches the OpenAI client as OpenAI sends it; one from
+        // an Anthropic route reads as content_filter (docs/dialects.md).
+        let choice = &json["choices"][0];
+        if wire == "openai" {
+            assert_eq!(choice["finish_reason"], "stop", "{wire}: {json}");
+            assert!(
+                choice["message"]["refusal"].as_str().is_some_and(|r| !r.is_empty()),
+                "{json}"
+            );
+            assert_eq!(choice["message"]["content"], Value::Null, "{json}");
+        } else {
+            assert_eq!(
+                choice["finish_reason"], "content_filter",
+                "{wire}: a harmful prompt is refused (a refusal reads as content_filter here): {json}"
+            );
+        }
         let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": weather_schema()}}]);
         let json = completion(
             &server,
