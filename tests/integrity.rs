@@ -588,3 +588,53 @@ async fn a_restarted_answer_is_billed_both_attempts_and_told_the_new_ones_usage(
     );
     assert!(!billed[1].estimated && billed[1].in_answer, "{billed:?}");
 }
+
+fn logprobs_of(token: &str) -> Step {
+    let value =
+        format!(r#"{{"content":[{{"token":{token:?},"logprob":-0.1,"bytes":[],"top_logprobs":[]}}],"refusal":null}}"#);
+    let raw = serde_json::value::RawValue::from_string(value).expect("JSON");
+    Step::D(tailcut::provider::Delta::Extra(Box::new(tailcut::types::Extra {
+        wire: tailcut::types::Wire::OpenAi,
+        field: tailcut::types::ExtraField::Logprobs,
+        value: tailcut::types::RawJson::new(raw),
+    })))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_answers_logprobs_wait_for_its_text_and_a_native_client_gets_none() {
+    // A structured answer is held until it is judged: its logprobs are not sent ahead of it
+    // (an answer that failed its gate would leave them behind), they come with its text.
+    let routes = toml(&[("a", "L0")], "").replace("\"streaming\"", "\"streaming\", \"json_schema\"");
+    let script = Script::Stream(vec![
+        Step::Wait(10),
+        logprobs_of("{\"x\":"),
+        text("{\"x\":"),
+        logprobs_of("1}"),
+        text("1}"),
+        finish(),
+    ]);
+    let mut ask = req();
+    ask.response_format = Some(tailcut::types::ResponseFormat::JsonObject);
+    let (gw, _) = gateway(&routes, vec![("a", script.clone())]);
+    let evs = collect(&gw, ask.clone(), openai()).await;
+    let order = kinds(&evs);
+    let text_at = order.iter().position(|k| k.starts_with("text(")).expect("the text");
+    let extras: Vec<usize> = order
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| k.starts_with("extra("))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(extras.len(), 2, "{order:?}");
+    assert!(
+        extras.iter().all(|i| *i == text_at - 2 || *i == text_at - 1),
+        "right before the text: {order:?}"
+    );
+    let (gw, _) = gateway(&routes, vec![("a", script)]);
+    let evs = collect(&gw, ask, native()).await;
+    assert!(
+        !kinds(&evs).iter().any(|k| k.starts_with("extra(")),
+        "{:?}",
+        kinds(&evs)
+    );
+}

@@ -12,6 +12,7 @@
 //! | | `modalities` with `"audio"`, `audio` | not eligible: no audio output |
 //! | | `input_audio` parts | not eligible: no audio input |
 //! | | `file` parts (documents) | not eligible: not mapped to Anthropic documents yet |
+//! | | `functions`, `function_call` (the deprecated form of tools) | not eligible: not mapped |
 //! | | every other field the typed view does not carry (`store`, `metadata`, `user`, `service_tier`, `prediction`, `seed`, the penalties, `parallel_tool_calls`, `reasoning_effort`, `logit_bias`, ...) | dropped with a note |
 //! | Anthropic | `thinking` (enabled or adaptive) | not eligible: no signed thinking blocks there |
 //! | | `thinking` / `redacted_thinking` blocks in the history | not eligible: they must go back to Anthropic unchanged |
@@ -87,6 +88,12 @@ impl CrossWire {
             Wire::OpenAi => {
                 if set("logprobs") || set("top_logprobs") {
                     need("logprobs", "an Anthropic-wire route returns no log-probabilities");
+                }
+                if set("functions") || set("function_call") {
+                    need(
+                        "functions",
+                        "the deprecated functions are not mapped to Anthropic tools",
+                    );
                 }
                 if set("audio") || field("modalities").is_some_and(|m| m.contains("\"audio\"")) {
                     need("audio", "an Anthropic-wire route has no audio output");

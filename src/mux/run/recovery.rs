@@ -41,6 +41,7 @@ impl Run {
                 State::Finished
             }
             Recovery::Truncate => {
+                self.env.attempt_usage = self.attempt_usage();
                 self.log_outcome("truncated");
                 out.push(StreamEvent::Finish {
                     reason: FinishReason::Truncated,
@@ -48,7 +49,8 @@ impl Run {
                 });
                 State::Finished
             }
-            Recovery::Fail(e) => {
+            Recovery::Fail(mut e) => {
+                e.envelope.attempt_usage = self.attempt_usage();
                 self.log_outcome(e.class.as_str());
                 out.push(StreamEvent::Error(e));
                 State::Finished
@@ -58,6 +60,12 @@ impl Run {
 
     /// The committed attempt on `failed_route` failed: apply the response type's policy.
     pub(super) async fn recover(&mut self, failed_route: &str) -> Recovery {
+        if self.transcript.thinking && !self.ctx.dialect.can_reset() {
+            // The client holds reasoning (perhaps a block cut before its signature) that no
+            // new answer, a repair's included, can continue or pass for, and this dialect
+            // cannot take it back.
+            return self.unrecoverable_because("its reasoning was shown, and this dialect cannot replace it");
+        }
         // An answer that failed its quality gate gets one repair on its route first.
         if let Some(repaired) = self.try_repair(failed_route).await {
             return repaired;
@@ -72,11 +80,6 @@ impl Run {
         if self.transcript.tool_calls > 0 {
             // Tool calls leave only at the answer's end: the answer was complete.
             return Recovery::Done(FinishReason::ToolCalls);
-        }
-        if self.transcript.thinking && !self.ctx.dialect.can_reset() {
-            // The client holds reasoning (perhaps a block cut before its signature) that no
-            // new answer can continue or pass for, and this dialect cannot take it back.
-            return self.unrecoverable_because("its reasoning was shown, and this dialect cannot replace it");
         }
         if !self.transcript.visible() {
             // Nothing the client would have to unsee: a seamless restart in every dialect.

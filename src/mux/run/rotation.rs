@@ -133,14 +133,7 @@ impl Run {
                 metrics::counter!(rt::UNROUTABLE_TOTAL, "reason" => reason).increment(1);
             }
             Some(route) => {
-                let cost = self.route_config(route).map_or(0.0, |r| r.cost_per_1k);
-                let micros = match (self.billed_total(), cost > 0.0) {
-                    (Some(u), true) => {
-                        let tokens = f64::from(u.input_tokens) + f64::from(u.output_tokens);
-                        (cost * tokens / 1000.0 * 1e6).round() as u64
-                    }
-                    _ => 0,
-                };
+                let micros = self.billed_micros();
                 let handles = model.zip(self.mux.health.route(route)).filter(|_| outcome == COMPLETED);
                 match handles {
                     Some((m, r)) => rt::completed(m, &r.metrics, micros),

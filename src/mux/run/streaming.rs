@@ -71,7 +71,13 @@ impl Run {
                 cap: sleep_until(self.capped_at),
             }),
             stall,
-            text_from: self.transcript.text.len(),
+            // A hidden restart writes the whole answer again (the seam swallows what the
+            // client has): all of it is its output.
+            text_from: if matches!(seam, Seam::Swallow { .. }) {
+                0
+            } else {
+                self.transcript.text.len()
+            },
             cur,
             seam,
             pending: Some(first),
@@ -103,6 +109,9 @@ impl Run {
                     _ = timers.cap => {
                         // Our own cap, not the route's failure: end honestly, blame no one.
                         self.record_abandoned(&mut s.cur, &MuxError::StreamCap.into());
+                        let delivered = self.transcript.text.get(s.text_from..).unwrap_or_default().to_owned();
+                        self.bill(&s.cur, &delivered, true);
+                        self.env.attempt_usage = self.attempt_usage();
                         self.env.policy = Some(MidStreamPolicy::Truncate);
                         self.log_outcome("truncated");
                         out.push(StreamEvent::Finish { reason: FinishReason::Truncated, envelope: Box::new(self.env.clone()) });
@@ -113,12 +122,18 @@ impl Run {
             }
         };
         // The extras that came before this event are handed on first: an extra belongs with
-        // the text that follows it. Only a client of the extra's wire has a place for it, and
-        // a hidden restart's are not sent (its text is not either).
-        let extras = s.cur.take_extras();
-        if !extras.is_empty() && !matches!(s.seam, Seam::Swallow { .. }) {
+        // the text that follows it. Only a client of the extra's wire has a place for it. Those
+        // bound to text (logprobs, a refusal's marker) go only with text the seam passes as
+        // it came: not with text a held answer keeps back (they wait for it, on the attempt),
+        // nor text a hidden restart swallows or a continuation is verified on (dropped).
+        if !matches!(ev, AttemptEvent::Progress) {
             let wire = self.ctx.dialect.wire();
-            for extra in extras.into_iter().filter(|e| Some(e.wire) == wire) {
+            let passes = s.seam.is_pass();
+            for extra in s.cur.take_extras().into_iter().filter(|e| Some(e.wire) == wire) {
+                let bound = matches!(extra.field, ExtraField::Logprobs | ExtraField::Refusal);
+                if bound && !passes {
+                    continue;
+                }
                 self.transcript.logprobs |= extra.field == ExtraField::Logprobs;
                 out.push(StreamEvent::Extra(Box::new(extra)));
             }

@@ -48,22 +48,33 @@ impl Run {
     }
 
     /// The usage the client is told: the sum over the attempts its answer holds; `None` when
-    /// one attempt wrote it and its route reported none (nothing is invented for it).
+    /// the attempt that ended it reported none (nothing is invented for it; the cut attempts
+    /// before it are estimated, as they could not report).
     pub(super) fn answer_usage(&self) -> Option<Usage> {
-        match self.billed.as_slice() {
-            [] => None,
-            [only] if only.estimated => None,
-            [only] => Some(only.usage),
-            all => all.iter().filter(|b| b.in_answer).map(|b| b.usage).reduce(Usage::plus),
+        if self.billed.last()?.estimated {
+            return None;
         }
+        self.billed
+            .iter()
+            .filter(|b| b.in_answer)
+            .map(|b| b.usage)
+            .reduce(Usage::plus)
     }
 
-    /// What all the attempts that streamed were billed together (the answer's cost).
-    pub(super) fn billed_total(&self) -> Option<Usage> {
-        match self.billed.as_slice() {
-            [_] => self.answer_usage(),
-            all => all.iter().map(|b| b.usage).reduce(Usage::plus),
+    /// What the attempts that streamed cost, each at its own route's price, in millionths.
+    pub(super) fn billed_micros(&self) -> u64 {
+        let answer_only = self.billed.len() == 1 && self.answer_usage().is_none();
+        if answer_only {
+            return 0; // one attempt, no usage reported: nothing to price
         }
+        self.billed
+            .iter()
+            .map(|b| {
+                let per_1k = self.route_config(&b.route).map_or(0.0, |r| r.cost_per_1k);
+                let tokens = f64::from(b.usage.input_tokens) + f64::from(b.usage.output_tokens);
+                (per_1k * tokens / 1000.0 * 1e6).round() as u64
+            })
+            .sum()
     }
 
     /// Every attempt's tokens for the envelope, once more than one streamed.

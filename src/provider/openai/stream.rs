@@ -111,13 +111,11 @@ impl ChunkDecoder {
     }
 
     fn on_delta(&mut self, delta: ChoiceDelta<'_>, out: &mut Vec<Delta>) {
-        // Reasoning comes before the answer text of the same chunk, as servers stream it.
-        for raw in [delta.reasoning_content, delta.reasoning].into_iter().flatten() {
-            if let Ok(text) = serde_json::from_str::<WireStr<'_>>(raw.get()) {
-                if !text.is_empty() {
-                    out.push(Delta::Thinking(Thinking::Text(text.into_string().into())));
-                }
-            }
+        // Reasoning comes before the answer text of the same chunk, as servers stream it. A
+        // server in transition sends both names with the same text: the first that holds
+        // text is read.
+        if let Some(reasoning) = reasoning_text(delta.reasoning_content).or_else(|| reasoning_text(delta.reasoning)) {
+            out.push(Delta::Thinking(Thinking::Text(reasoning.into())));
         }
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
             out.push(Delta::Text(text.into_string()));
@@ -206,6 +204,12 @@ impl ChunkDecoder {
             out.push(Delta::Usage(usage));
         }
     }
+}
+
+/// A reasoning field's text, when it is a non-empty string.
+fn reasoning_text(raw: Option<&RawValue>) -> Option<String> {
+    let text = serde_json::from_str::<WireStr<'_>>(raw?.get()).ok()?;
+    (!text.is_empty()).then(|| text.into_string())
 }
 
 fn extra(field: ExtraField, value: &RawValue) -> Delta {
@@ -388,11 +392,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn reasoning_text_comes_as_thinking_under_either_name_and_an_object_is_not_read() {
+    async fn reasoning_text_comes_as_thinking_under_either_name_once_and_an_object_is_not_read() {
         let chunks = [
             r#"{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"Let me"}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"reasoning":" think."}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"reasoning":{"summary":"x"},"reasoning_content":""}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":" Both","reasoning":" Both"}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"reasoning_content":null,"content":"Yes."}}]}"#,
             r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
         ];
@@ -403,6 +408,7 @@ mod tests {
             vec![
                 thinking("Let me"),
                 thinking(" think."),
+                thinking(" Both"),
                 text("Yes."),
                 Ok(Delta::Finish(FinishReason::Stop))
             ]
