@@ -19,9 +19,11 @@ const CONFIG: &str = "[server]\nlisten = \"127.0.0.1:0\"\nsse_keepalive_ms = 600
     [[routes]]\nname = \"o4\"\nprovider = \"simulated\"\nwire = \"openai\"\nscenario = \"quick\"\nmodel = \"o4-mini\"\nlevel = \"L0\"\n\
     [models.reasoning]\nroutes = [\"o4\"]\n[models.reasoning-or-not]\nroutes = [\"o4\", \"oa\"]\n";
 
-async fn openai(server: &Running, body: Value) -> (u16, Value) {
+/// POSTs `body` to `path` (an Anthropic version header on every request): status and JSON.
+async fn post(server: &Running, path: &str, body: Value) -> (u16, Value) {
     let resp = client()
-        .post(server.url("/v1/chat/completions"))
+        .post(server.url(path))
+        .header("anthropic-version", "2023-06-01")
         .json(&body)
         .send()
         .await
@@ -30,16 +32,12 @@ async fn openai(server: &Running, body: Value) -> (u16, Value) {
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+async fn openai(server: &Running, body: Value) -> (u16, Value) {
+    post(server, "/v1/chat/completions", body).await
+}
+
 async fn anthropic(server: &Running, body: Value) -> (u16, Value) {
-    let resp = client()
-        .post(server.url("/v1/messages"))
-        .header("anthropic-version", "2023-06-01")
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    post(server, "/v1/messages", body).await
 }
 
 fn hi() -> Value {

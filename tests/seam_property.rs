@@ -437,15 +437,19 @@ fn check(case: &Case, got: &Outcome) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-#[test]
-fn every_cut_ends_in_one_coherent_answer_in_every_dialect() {
-    let rt = Arc::new(
+fn runtime() -> Arc<tokio::runtime::Runtime> {
+    Arc::new(
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("runtime"),
-    );
+    )
+}
+
+#[test]
+fn every_cut_ends_in_one_coherent_answer_in_every_dialect() {
+    let rt = runtime();
     let server = rt.block_on(support::start(CONFIG));
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
@@ -563,13 +567,7 @@ fn thinking_check(case: &Case, got: &Outcome) -> Result<(), TestCaseError> {
 
 #[test]
 fn every_cut_of_a_thinking_first_answer_restarts_or_ends_honestly() {
-    let rt = Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime"),
-    );
+    let rt = runtime();
     // The cut route always first (a lower rung for the others): a route whose answers keep
     // failing ranks last among equals, and the case would then test nothing.
     let config = CONFIG.replace("scenario = \"cont\"", "scenario = \"cont\"\nlevel = \"L1\"");

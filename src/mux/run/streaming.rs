@@ -151,12 +151,7 @@ impl Run {
         match ev {
             AttemptEvent::Progress => s.last_token = Instant::now(),
             AttemptEvent::Text(text) => {
-                let now = Instant::now();
-                if after_gap {
-                    let gap = now.saturating_duration_since(s.last_token);
-                    self.mux.health.record_token_gap(&s.cur.route, now, gap);
-                }
-                s.last_token = now;
+                self.token_arrived(&mut s, after_gap);
                 let (joined, verdict) = s.seam.feed_owned(text);
                 self.seam_verdict(verdict);
                 match self.joined(joined, &s.cur, &mut s.switch, out) {
@@ -166,12 +161,7 @@ impl Run {
                 }
             }
             AttemptEvent::Thinking(thinking) => {
-                let now = Instant::now();
-                if after_gap {
-                    let gap = now.saturating_duration_since(s.last_token);
-                    self.mux.health.record_token_gap(&s.cur.route, now, gap);
-                }
-                s.last_token = now;
+                self.token_arrived(&mut s, after_gap);
                 match s.seam {
                     Seam::Pass => {
                         self.voiced(&s.cur, &mut s.switch, out);
@@ -238,6 +228,17 @@ impl Run {
         }
         s.handed_on = Some(Instant::now());
         State::Streaming(s)
+    }
+
+    /// A token (text or thinking) arrived: the stall timer restarts, and the gap since the
+    /// last one enters the route's inter-token window (not the race's first event's).
+    fn token_arrived(&self, s: &mut Streaming, after_gap: bool) {
+        let now = Instant::now();
+        if after_gap {
+            let gap = now.saturating_duration_since(s.last_token);
+            self.mux.health.record_token_gap(&s.cur.route, now, gap);
+        }
+        s.last_token = now;
     }
 
     /// The answer is complete: usage (when asked for) and the finish.
