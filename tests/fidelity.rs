@@ -74,7 +74,7 @@ async fn fields_a_cross_wire_route_does_not_receive_are_listed_in_the_envelope()
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["tailcut"]["dropped"], json!(["store", "user"]), "{body}");
+    assert_eq!(body["tailcut"]["dropped"], json!(["store"]), "user is mapped: {body}");
     // The same request to a route of its own wire loses nothing.
     let (_, body) = openai(
         &server,
@@ -145,4 +145,65 @@ async fn a_field_the_routes_model_refuses_makes_it_ineligible_and_one_it_drops_i
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["tailcut"]["dropped"], json!(["temperature"]), "{body}");
+}
+
+/// The body the simulated upstream received last.
+fn last_body(server: &Running) -> Value {
+    let log = server.sim.as_ref().map(|s| s.log()).unwrap_or_default();
+    log.iter()
+        .rev()
+        .find_map(|r| r.body.as_deref().and_then(|b| serde_json::from_str(b).ok()))
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn reasoning_effort_user_and_serial_tools_are_mapped_to_an_anthropic_route() {
+    let server = start(CONFIG).await;
+    let (status, body) = openai(
+        &server,
+        json!({"model": "anthropic-only", "messages": hi(), "reasoning_effort": "medium", "user": "u-7",
+               "temperature": 0.3, "max_completion_tokens": 3000}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let sent = last_body(&server);
+    assert_eq!(sent["thinking"], json!({"type": "enabled", "budget_tokens": 2048}), "{sent}");
+    assert_eq!(sent["metadata"], json!({"user_id": "u-7"}), "{sent}");
+    assert_eq!(sent.get("temperature"), None, "thinking takes no other temperature: {sent}");
+    assert_eq!(body["tailcut"]["dropped"], json!(["temperature"]), "{body}");
+    let reasoning = body["choices"][0]["message"]["reasoning_content"].as_str().unwrap_or_default();
+    assert!(!reasoning.is_empty(), "the route's thinking comes back as reasoning_content: {body}");
+    // A budget Anthropic cannot take (max_tokens too small for its 1024 minimum): no thinking,
+    // and the effort is dropped with a note.
+    let (_, body) = openai(
+        &server,
+        json!({"model": "anthropic-only", "messages": hi(), "reasoning_effort": "high", "max_tokens": 500}),
+    )
+    .await;
+    assert_eq!(last_body(&server).get("thinking"), None);
+    assert_eq!(body["tailcut"]["dropped"], json!(["reasoning_effort"]), "{body}");
+    let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+    let (status, body) = openai(
+        &server,
+        json!({"model": "anthropic-only", "messages": hi(), "tools": tools, "parallel_tool_calls": false}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        last_body(&server)["tool_choice"],
+        json!({"type": "auto", "disable_parallel_tool_use": true})
+    );
+}
+
+#[tokio::test]
+async fn an_anthropic_clients_user_id_is_an_openai_routes_user() {
+    let server = start(CONFIG).await;
+    let (status, body) = anthropic(
+        &server,
+        json!({"model": "openai-only", "max_tokens": 64, "metadata": {"user_id": "u-9"}, "messages": hi()}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(last_body(&server)["user"], "u-9");
+    assert_eq!(body["tailcut"].get("dropped"), None, "{body}");
 }

@@ -13,14 +13,16 @@
 //! | | `input_audio` parts | not eligible: no audio input |
 //! | | `file` parts (documents) | not eligible: not mapped to Anthropic documents yet |
 //! | | `functions`, `function_call` (the deprecated form of tools) | not eligible: not mapped |
-//! | | every other field the typed view does not carry (`store`, `metadata`, `user`, `service_tier`, `prediction`, `seed`, the penalties, `parallel_tool_calls`, `reasoning_effort`, `logit_bias`, ...) | dropped with a note |
+//! | | `user`, `parallel_tool_calls: false`, `reasoning_effort` (`ChatRequest::thinking_budget`) | mapped: `metadata.user_id`, `disable_parallel_tool_use`, a thinking budget (and then `temperature` other than 1 and `top_p` under 0.95 are dropped) |
+//! | | every other field the typed view does not carry (`store`, `metadata`, `service_tier`, `prediction`, `seed`, the penalties, `logit_bias`, a `reasoning_effort` that cannot be mapped, ...) | dropped with a note |
 //! | Anthropic | `thinking` (enabled or adaptive) | not eligible: no signed thinking blocks there |
 //! | | `thinking` / `redacted_thinking` blocks in the history | not eligible: they must go back to Anthropic unchanged |
 //! | | `document`, `search_result` blocks | not eligible: not mapped yet |
 //! | | `mcp_servers`, `container` | not eligible: run by Anthropic itself |
-//! | | every other field the typed view does not carry (`metadata`, `top_k`, `service_tier`, ...) and `cache_control` anywhere | dropped with a note |
+//! | | `metadata.user_id` | mapped: `user` |
+//! | | every other field the typed view does not carry (`top_k`, `service_tier`, ...) and `cache_control` anywhere | dropped with a note |
 
-use crate::types::{ChatRequest, ModelRules, Wire};
+use crate::types::{ChatRequest, ModelRules, Wire, ANTHROPIC_DEFAULT_MAX_TOKENS};
 
 /// The top-level fields each client wire's typed view carries to a route of the other wire
 /// (mapped, `docs/dialects.md` "Cross-provider translation").
@@ -40,6 +42,9 @@ fn carried(wire: Wire) -> &'static [&'static str] {
             "tool_choice",
             "response_format",
             "n",
+            // Mapped: `metadata.user_id`, `disable_parallel_tool_use`.
+            "user",
+            "parallel_tool_calls",
         ],
         Wire::Anthropic => &[
             "model",
@@ -52,6 +57,8 @@ fn carried(wire: Wire) -> &'static [&'static str] {
             "stop_sequences",
             "tools",
             "tool_choice",
+            // Mapped: its `user_id` is OpenAI's `user` (the only key Anthropic defines).
+            "metadata",
         ],
     }
 }
@@ -133,11 +140,22 @@ impl CrossWire {
             }
         }
         let needed: Vec<&str> = out.needs_own_wire.iter().map(|(w, _)| *w).collect();
+        // `reasoning_effort` is mapped to a thinking budget when Anthropic can take one; the
+        // sampling thinking refuses is then dropped.
+        let thinks = req.thinking_budget(req.max_tokens.unwrap_or(ANTHROPIC_DEFAULT_MAX_TOKENS)).is_some();
+        let refused_by_thinking = |name: &str| match name {
+            "temperature" => req.sampling.temperature.is_some_and(|t| t.clamp(0.0, 1.0) != 1.0),
+            "top_p" => req.sampling.top_p.is_some_and(|p| p < 0.95),
+            _ => false,
+        };
         out.dropped = v
             .fields
             .iter()
             .map(|(name, _)| &**name)
-            .filter(|name| !carried(v.wire).contains(name) && !needed.contains(name) && *name != "top_logprobs")
+            .filter(|name| {
+                let mapped = carried(v.wire).contains(name) || (thinks && *name == "reasoning_effort");
+                (!mapped || (thinks && refused_by_thinking(name))) && !needed.contains(name) && *name != "top_logprobs"
+            })
             .map(Box::from)
             .collect();
         let cached = req
@@ -250,7 +268,8 @@ mod tests {
         assert_eq!(plain.refused_by(&plain_req, Wire::OpenAi, &reasoning), None);
         assert_eq!(
             plain.dropped_by(&plain_req, Wire::Anthropic, &plain_rules),
-            [Box::from("logprobs"), Box::from("user")]
+            [Box::from("logprobs")],
+            "user is mapped"
         );
     }
 

@@ -33,6 +33,7 @@ pub use policy::MidStreamPolicy;
 pub use prefill::{Prefill, PrefillConvention};
 pub use request::{
     ChatRequest, ContentPart, Message, ResponseFormat, ResponseType, Role, Sampling, ToolChoice, ToolSpec,
+    ANTHROPIC_DEFAULT_MAX_TOKENS,
 };
 pub use schema_budget::{
     patterns_at, within_budget, OverBudget, SchemaBudget, MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEYWORDS,

@@ -36,6 +36,10 @@ pub struct ChatRequest {
     pub verbatim: Option<Arc<Verbatim>>,
 }
 
+/// The `max_tokens` an Anthropic-wire route is sent when the client gives none (the Messages
+/// API requires one).
+pub const ANTHROPIC_DEFAULT_MAX_TOKENS: u32 = 4096;
+
 impl ChatRequest {
     /// The client's own prefill: the text of a final assistant message that calls no tool.
     /// A continuation continues that message, so the answer the client holds follows it.
@@ -46,9 +50,44 @@ impl ChatRequest {
             .map(Message::joined_text)
     }
 
+    /// The thinking budget an Anthropic-wire route is given for this OpenAI-dialect
+    /// request's `reasoning_effort` (docs/dialects.md, "Cross wire"): `low` 1024 tokens,
+    /// `medium` 2048, `high` 4096, at most `max_tokens - 1`. `None` when there is nothing to
+    /// map or Anthropic could not take it: another effort (`minimal`, `none`), a budget under
+    /// its minimum of 1024, a tool choice that forces a tool, or a tool loop (its earlier
+    /// assistant turns carry no thinking blocks, which Anthropic requires of them).
+    pub fn thinking_budget(&self, max_tokens: u32) -> Option<u32> {
+        if self.verbatim.as_deref().is_some_and(|v| v.wire != Wire::OpenAi) {
+            return None;
+        }
+        let wanted = match self.reasoning_effort.as_deref()? {
+            "low" => 1024,
+            "medium" => 2048,
+            "high" => 4096,
+            _ => return None,
+        };
+        let forced = matches!(self.tool_choice, Some(ToolChoice::Required | ToolChoice::Tool(_)));
+        let tool_loop = self.messages.iter().any(|m| !m.tool_calls.is_empty());
+        let budget = wanted.min(max_tokens.saturating_sub(1));
+        (budget >= 1024 && !forced && !tool_loop).then_some(budget)
+    }
+
+    /// A string the client sent at the top level of its own JSON (`user`, ...).
+    pub fn verbatim_str(&self, name: &str) -> Option<String> {
+        let raw = self.verbatim.as_deref()?.field(name)?;
+        serde_json::from_str::<String>(raw.text()).ok()
+    }
+
     /// Does the client ask an Anthropic-wire route to think (`thinking` of type `enabled` or
-    /// `adaptive`)? Such a route refuses a prefill, so no continuation goes to one.
+    /// `adaptive`, or a `reasoning_effort` it is given as a budget)? Such a route refuses a
+    /// prefill, so no continuation goes to one.
     pub fn asks_thinking(&self) -> bool {
+        if self
+            .thinking_budget(self.max_tokens.unwrap_or(ANTHROPIC_DEFAULT_MAX_TOKENS))
+            .is_some()
+        {
+            return true;
+        }
         #[derive(serde::Deserialize)]
         struct Config<'a> {
             #[serde(rename = "type", borrow)]

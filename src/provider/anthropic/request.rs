@@ -17,7 +17,7 @@ use crate::types::{
 };
 
 /// `max_tokens` is required by the Messages API; this is used when the client set none.
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+pub const DEFAULT_MAX_TOKENS: u32 = crate::types::ANTHROPIC_DEFAULT_MAX_TOKENS;
 
 /// The fields tailcut writes itself in a same-wire body; the client's own are not sent.
 const OWNED: &[&str] = &["model", "messages", "system", "stream", "max_tokens"];
@@ -166,28 +166,51 @@ pub fn build_body(req: &UpstreamRequest, model: &str) -> Result<MessagesBody, Pr
             input_schema: t.parameters.clone(),
         })
         .collect();
+    // OpenAI's `parallel_tool_calls: false` is Anthropic's `disable_parallel_tool_use`.
+    let serial = chat
+        .verbatim
+        .as_deref()
+        .filter(|v| v.wire == Wire::OpenAi)
+        .and_then(|v| v.field("parallel_tool_calls"))
+        .is_some_and(|raw| raw.text().trim() == "false");
     let tool_choice = chat
         .tool_choice
         .as_ref()
+        .or(serial.then_some(&ToolChoice::Auto))
         .filter(|_| !tools.is_empty())
-        .map(|choice| match choice {
-            ToolChoice::Auto => json!({"type": "auto"}),
-            ToolChoice::Required => json!({"type": "any"}),
-            ToolChoice::None => json!({"type": "none"}),
-            ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        .map(|choice| {
+            let mut choice = match choice {
+                ToolChoice::Auto => json!({"type": "auto"}),
+                ToolChoice::Required => json!({"type": "any"}),
+                ToolChoice::None => json!({"type": "none"}),
+                ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+            };
+            if serial && choice["type"] != "none" {
+                choice["disable_parallel_tool_use"] = json!(true);
+            }
+            choice
         });
+    let max_tokens = chat.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    // `reasoning_effort` as a thinking budget; thinking takes no temperature but 1, and no
+    // top_p under 0.95 (docs/dialects.md, "Cross wire").
+    let budget = chat.thinking_budget(max_tokens);
+    let thinking = budget.map(|budget_tokens| json!({"type": "enabled", "budget_tokens": budget_tokens}));
+    let sampling = &chat.sampling;
+    // The OpenAI dialect takes 0 to 2, the Messages API 0 to 1 (it refuses more with a
+    // 400, which never fails over): a hotter request is sent at the hottest it takes.
+    let temperature = sampling.temperature.map(|t| t.clamp(0.0, 1.0));
     Ok(MessagesBody {
         model: model.to_string(),
-        max_tokens: chat.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        max_tokens,
         system: system_text(chat.messages.iter()),
         messages,
         tools,
         tool_choice,
-        stop_sequences: chat.sampling.stop.clone(),
-        // The OpenAI dialect takes 0 to 2, the Messages API 0 to 1 (it refuses more with a
-        // 400, which never fails over): a hotter request is sent at the hottest it takes.
-        temperature: chat.sampling.temperature.map(|t| t.clamp(0.0, 1.0)),
-        top_p: chat.sampling.top_p,
+        stop_sequences: sampling.stop.clone(),
+        temperature: temperature.filter(|t| budget.is_none() || *t == 1.0),
+        top_p: sampling.top_p.filter(|p| budget.is_none() || *p >= 0.95),
+        thinking,
+        metadata: chat.verbatim_str("user").map(|user_id| json!({"user_id": user_id})),
         stream: true,
     })
 }

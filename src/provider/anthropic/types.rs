@@ -24,6 +24,12 @@ pub struct MessagesBody {
     pub temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// An OpenAI client's `reasoning_effort`, as a budget (`ChatRequest::thinking_budget`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Value>,
+    /// An OpenAI client's `user`, as `metadata.user_id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
     pub stream: bool,
 }
 

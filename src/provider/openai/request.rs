@@ -162,12 +162,25 @@ pub fn build_body(req: &UpstreamRequest, model: &str, rules: &ModelRules) -> Cha
         max_tokens: chat.max_tokens.filter(|_| token == TokenParameter::MaxTokens),
         max_completion_tokens: chat.max_tokens.filter(|_| token == TokenParameter::MaxCompletionTokens),
         reasoning_effort: chat.reasoning_effort.clone(),
+        user: anthropic_user(chat),
         stream: true,
         // Always: usage feeds cost accounting even when the client did not ask for it.
         stream_options: StreamOptions { include_usage: true },
         continue_final_message: vllm.map(|()| true),
         add_generation_prompt: vllm.map(|()| false),
     }
+}
+
+/// An Anthropic client's `metadata.user_id`, OpenAI's `user`.
+fn anthropic_user(chat: &crate::types::ChatRequest) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        user_id: Option<String>,
+    }
+    let v = chat.verbatim.as_deref().filter(|v| v.wire == Wire::Anthropic)?;
+    serde_json::from_str::<Metadata>(v.field("metadata")?.text())
+        .ok()?
+        .user_id
 }
 
 fn role(role: Role) -> &'static str {

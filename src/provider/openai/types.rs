@@ -38,6 +38,9 @@ pub struct ChatBody {
     pub max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
+    /// An Anthropic client's `metadata.user_id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     pub stream: bool,
     pub stream_options: StreamOptions,
     /// vLLM: continue the final assistant message inside its turn.
