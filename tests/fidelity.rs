@@ -167,12 +167,25 @@ async fn reasoning_effort_user_and_serial_tools_are_mapped_to_an_anthropic_route
     .await;
     assert_eq!(status, 200, "{body}");
     let sent = last_body(&server);
-    assert_eq!(sent["thinking"], json!({"type": "enabled", "budget_tokens": 2048}), "{sent}");
+    assert_eq!(
+        sent["thinking"],
+        json!({"type": "enabled", "budget_tokens": 2048}),
+        "{sent}"
+    );
     assert_eq!(sent["metadata"], json!({"user_id": "u-7"}), "{sent}");
-    assert_eq!(sent.get("temperature"), None, "thinking takes no other temperature: {sent}");
+    assert_eq!(
+        sent.get("temperature"),
+        None,
+        "thinking takes no other temperature: {sent}"
+    );
     assert_eq!(body["tailcut"]["dropped"], json!(["temperature"]), "{body}");
-    let reasoning = body["choices"][0]["message"]["reasoning_content"].as_str().unwrap_or_default();
-    assert!(!reasoning.is_empty(), "the route's thinking comes back as reasoning_content: {body}");
+    let reasoning = body["choices"][0]["message"]["reasoning_content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        !reasoning.is_empty(),
+        "the route's thinking comes back as reasoning_content: {body}"
+    );
     // A budget Anthropic cannot take (max_tokens too small for its 1024 minimum): no thinking,
     // and the effort is dropped with a note.
     let (_, body) = openai(

@@ -142,7 +142,9 @@ impl CrossWire {
         let needed: Vec<&str> = out.needs_own_wire.iter().map(|(w, _)| *w).collect();
         // `reasoning_effort` is mapped to a thinking budget when Anthropic can take one; the
         // sampling thinking refuses is then dropped.
-        let thinks = req.thinking_budget(req.max_tokens.unwrap_or(ANTHROPIC_DEFAULT_MAX_TOKENS)).is_some();
+        let thinks = req
+            .thinking_budget(req.max_tokens.unwrap_or(ANTHROPIC_DEFAULT_MAX_TOKENS))
+            .is_some();
         let refused_by_thinking = |name: &str| match name {
             "temperature" => req.sampling.temperature.is_some_and(|t| t.clamp(0.0, 1.0) != 1.0),
             "top_p" => req.sampling.top_p.is_some_and(|p| p < 0.95),

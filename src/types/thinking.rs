@@ -55,6 +55,8 @@ pub enum ExtraField {
     /// From here on the answer's text is the route's refusal (OpenAI `delta.refusal`), said
     /// once, before its first text; the value is `true`.
     Refusal,
+    /// A citation of the text that follows (Anthropic `citations_delta`'s `citation`).
+    Citation,
 }
 
 impl Extra {

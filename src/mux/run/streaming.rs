@@ -130,7 +130,10 @@ impl Run {
             let wire = self.ctx.dialect.wire();
             let passes = s.seam.is_pass();
             for extra in s.cur.take_extras().into_iter().filter(|e| Some(e.wire) == wire) {
-                let bound = matches!(extra.field, ExtraField::Logprobs | ExtraField::Refusal);
+                let bound = matches!(
+                    extra.field,
+                    ExtraField::Logprobs | ExtraField::Refusal | ExtraField::Citation
+                );
                 if bound && !passes {
                     continue;
                 }

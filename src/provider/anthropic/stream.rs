@@ -5,7 +5,8 @@
 //! first `ToolFragment` carrying id and name, one fragment per `input_json_delta`, and a
 //! `ToolEnd` at its `content_block_stop` (T6). A `thinking` block becomes `Thinking::Text`
 //! pieces and its `Thinking::Signature`, a `redacted_thinking` block one `Thinking::Redacted`;
-//! citation deltas and server tool blocks are not read yet (`docs/dialects.md`). Usage is cumulative (T9): input from `message_start`,
+//! a `citations_delta`'s citation becomes an `Extra` for an Anthropic-wire client; server
+//! tool blocks are not read yet (`docs/dialects.md`). Usage is cumulative (T9): input from `message_start`,
 //! the last `message_delta` count wins. `message_stop` ends the stream; `stop_reason` alone
 //! is enough if the body ends after it. `event: error` is an in-band failure (T10).
 
@@ -18,7 +19,7 @@ use super::types::{EventData, WireUsage};
 use crate::provider::sse::SseEvent;
 use crate::provider::wire_json::WireStr;
 use crate::provider::{classify_in_band, Delta, ErrorClass, Progress, ProviderError, ToolFragment, WireDecoder};
-use crate::types::{FinishReason, Thinking, Usage};
+use crate::types::{Extra, ExtraField, FinishReason, RawJson, Thinking, Usage, Wire};
 
 #[derive(Debug, Default)]
 pub(crate) struct EventDecoder {
@@ -194,7 +195,15 @@ impl EventDecoder {
                     out.push(Delta::Thinking(Thinking::Signature(signature.into_string().into())));
                 }
             }
-            // citations_delta: not read yet.
+            Some("citations_delta") => {
+                if let Some(citation) = delta.citation {
+                    out.push(Delta::Extra(Box::new(Extra {
+                        wire: Wire::Anthropic,
+                        field: ExtraField::Citation,
+                        value: RawJson::new(citation.to_owned()),
+                    })));
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -420,6 +429,33 @@ mod tests {
             ],
             "each delta in order, the signature as sent; no usage in this docs example"
         );
+    }
+
+    #[tokio::test]
+    async fn a_citation_comes_raw_before_the_text_it_cites() {
+        let citation =
+            r#"{"type":"char_location","cited_text":"x","document_index":0,"start_char_index":0,"end_char_index":1}"#;
+        let events = [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":1}}}"#.to_string(),
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_string(),
+            format!(
+                r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"citations_delta","citation":{citation}}}}}"#
+            ),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}"#.to_string(),
+            r#"{"type":"message_stop"}"#.to_string(),
+        ];
+        let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        let out = replay(&body).await;
+        match &out[0] {
+            Ok(Delta::Extra(e)) => {
+                assert_eq!(
+                    (e.wire, &e.field, e.value.text()),
+                    (Wire::Anthropic, &ExtraField::Citation, citation)
+                );
+            }
+            other => panic!("a citation first: {other:?}"),
+        }
+        assert_eq!(out[1], text("x"));
     }
 
     #[tokio::test]

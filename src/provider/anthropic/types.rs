@@ -129,6 +129,9 @@ pub struct EventDelta<'a> {
     pub thinking: Option<WireStr<'a>>,
     #[serde(default, borrow)]
     pub signature: Option<WireStr<'a>>,
+    /// A `citations_delta`'s citation, as sent (`types::ExtraField::Citation`).
+    #[serde(default, borrow)]
+    pub citation: Option<&'a serde_json::value::RawValue>,
     #[serde(default, borrow)]
     pub stop_reason: Option<WireStr<'a>>,
 }

@@ -8,7 +8,9 @@ use serde_json::value::RawValue;
 use crate::transport::error::ErrorReply;
 use crate::transport::events::{served_model, Answer, ThinkingBlock};
 use crate::transport::sse_out::{event_frame, to_json, Flow, FrameEncoder, Frames};
-use crate::types::{Envelope, ErrorClass, FinishReason, StreamEvent, Thinking, ToolCall, Usage};
+use crate::types::{
+    Envelope, ErrorClass, Extra, ExtraField, FinishReason, StreamEvent, Thinking, ToolCall, Usage, Wire,
+};
 
 /// `msg_…` from the request id.
 pub fn message_id(request_id: &str) -> String {
@@ -126,6 +128,9 @@ fn tool_input(call: &ToolCall) -> Box<RawValue> {
 enum Block<'a> {
     Text {
         text: &'a str,
+        /// A whole message's text block lists its citations; a streamed block opens without.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        citations: Option<Vec<&'a RawValue>>,
     },
     Thinking {
         thinking: &'a str,
@@ -149,6 +154,7 @@ enum BlockDelta<'a> {
     TextDelta { text: &'a str },
     ThinkingDelta { thinking: &'a str },
     SignatureDelta { signature: &'a str },
+    CitationsDelta { citation: &'a RawValue },
     InputJsonDelta { partial_json: &'a str },
 }
 
@@ -334,6 +340,20 @@ impl EventEncoder {
         self.open = Some(kind);
     }
 
+    /// An Anthropic-wire route's citation: a `citations_delta` in the text block it cites
+    /// (opened for it when none is). Another wire's extras have no place here.
+    fn extra(&mut self, extra: &Extra, out: &mut Vec<Bytes>) {
+        if extra.wire != Wire::Anthropic || extra.field != ExtraField::Citation {
+            return;
+        }
+        self.open(Open::Text, empty_text(), out);
+        let index = self.next_index;
+        let delta = BlockDelta::CitationsDelta {
+            citation: extra.value.raw(),
+        };
+        out.push(Event::ContentBlockDelta { index, delta }.frame(&mut self.frames));
+    }
+
     /// Thinking as Anthropic streams it: a `thinking` block of `thinking_delta`s, closed by
     /// its `signature_delta`; a redacted block whole.
     fn thinking(&mut self, thinking: &Thinking, out: &mut Vec<Bytes>) {
@@ -362,7 +382,7 @@ impl EventEncoder {
     }
 
     fn text(&mut self, text: &str, out: &mut Vec<Bytes>) {
-        self.open(Open::Text, Block::Text { text: "" }, out);
+        self.open(Open::Text, empty_text(), out);
         let index = self.next_index;
         out.push(
             Event::ContentBlockDelta {
@@ -408,6 +428,13 @@ impl EventEncoder {
     }
 }
 
+fn empty_text() -> Block<'static> {
+    Block::Text {
+        text: "",
+        citations: None,
+    }
+}
+
 fn empty_input() -> Box<RawValue> {
     RawValue::from_string("{}".to_string()).unwrap_or_default()
 }
@@ -419,8 +446,7 @@ impl FrameEncoder for EventEncoder {
             StreamEvent::TextDelta(text) if text.is_empty() => {}
             StreamEvent::TextDelta(text) => self.text(&text, out),
             StreamEvent::Thinking(thinking) => self.thinking(&thinking, out),
-            // The extras this dialect reads are not built yet (`docs/dialects.md`).
-            StreamEvent::Extra(_) => {}
+            StreamEvent::Extra(extra) => self.extra(&extra, out),
             StreamEvent::ToolCall(call) => self.tool_call(&call, out),
             // This dialect cannot take text back; the mux only resets dialects that can.
             StreamEvent::Reset { reason } => {
@@ -467,7 +493,16 @@ pub fn message_json(request_id: &str, alias: &str, answer: &Answer) -> Vec<u8> {
         });
     }
     if !answer.text.is_empty() {
-        content.push(Block::Text { text: &answer.text });
+        let citations: Vec<&RawValue> = answer
+            .extras
+            .iter()
+            .filter(|e| e.wire == Wire::Anthropic && e.field == ExtraField::Citation)
+            .map(|e| e.value.raw())
+            .collect();
+        content.push(Block::Text {
+            text: &answer.text,
+            citations: (!citations.is_empty()).then_some(citations),
+        });
     }
     for call in &answer.tool_calls {
         content.push(Block::ToolUse {
@@ -642,6 +677,56 @@ mod tests {
         ]);
         assert_eq!(serde_json::Value::from(got[..13].to_vec()), expected);
         assert_eq!(got[13]["type"], "message_delta");
+    }
+
+    #[test]
+    fn a_citation_is_a_citations_delta_in_its_text_block_and_a_whole_message_lists_them() {
+        let citation = r#"{"type":"char_location","cited_text":"The sky is blue.","document_index":0,"start_char_index":0,"end_char_index":16}"#;
+        let extra = |wire| {
+            StreamEvent::Extra(Box::new(Extra {
+                wire,
+                field: ExtraField::Citation,
+                value: crate::types::RawJson::new(RawValue::from_string(citation.into()).expect("JSON")),
+            }))
+        };
+        let (text, _) = run(
+            &mut encoder(),
+            vec![
+                extra(Wire::Anthropic),
+                StreamEvent::TextDelta("Blue.".into()),
+                extra(Wire::OpenAi),
+            ],
+        );
+        let got = datas(&text);
+        assert_eq!(got[0]["content_block"], serde_json::json!({"type": "text", "text": ""}));
+        assert_eq!(got[1]["delta"]["type"], "citations_delta");
+        assert_eq!(
+            got[1]["delta"]["citation"],
+            serde_json::from_str::<serde_json::Value>(citation).expect("JSON")
+        );
+        assert_eq!(
+            (got[1]["index"].clone(), got[2]["index"].clone()),
+            (0.into(), 0.into()),
+            "one block"
+        );
+        assert_eq!(got.len(), 3, "another wire's extra has no place: {text}");
+        let StreamEvent::Extra(e) = extra(Wire::Anthropic) else {
+            unreachable!()
+        };
+        let answer = Answer {
+            text: "Blue.".into(),
+            thinking: Vec::new(),
+            extras: vec![*e],
+            tool_calls: Vec::new(),
+            usage: None,
+            finish: FinishReason::Stop,
+            envelope: start(),
+        };
+        let json: serde_json::Value = serde_json::from_slice(&message_json("req_a", "chat", &answer)).expect("JSON");
+        assert_eq!(
+            json["content"][0]["citations"][0]["cited_text"], "The sky is blue.",
+            "{json}"
+        );
     }
 
     #[test]
