@@ -169,6 +169,23 @@ def prompt_caching_is_reported():
     assert second.usage.cache_read_input_tokens > 0, second.usage
 
 
+def a_pdf_document_reaches_an_anthropic_route():
+    pdf = "JVBERi0xLjQKJeLjz9MKMSAwIG9iago8PD4+CmVuZG9iagp0cmFpbGVyCjw8Pj4KJSVFT0YK"
+    m = client.messages.create(model="chat-anthropic", max_tokens=256, messages=[{"role": "user", "content": [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}},
+        {"type": "text", "text": "Summarise it."}]}])
+    assert m.content[0].text == TEXT, m
+
+
+def thinking_needs_an_anthropic_route():
+    try:
+        client.messages.create(model="chat", max_tokens=2048, thinking=THINKING, messages=HI)
+    except anthropic.BadRequestError as e:
+        assert "thinking" in str(e), e
+        return
+    raise AssertionError("an OpenAI route answered without the signed thinking asked for")
+
+
 def tokens_are_counted():
     counted = client.messages.count_tokens(model="chat-anthropic", messages=HI)
     assert counted.input_tokens > 0, counted
@@ -179,6 +196,8 @@ check("a tool loop sends the signed thinking back (and is refused without it)",
       a_tool_loop_sends_the_signed_thinking_back)
 check("prompt caching is reported", prompt_caching_is_reported)
 check("count_tokens answers", tokens_are_counted)
+check("a PDF document reaches an Anthropic route", a_pdf_document_reaches_an_anthropic_route)
+check("thinking to an OpenAI-only model -> BadRequestError naming it", thinking_needs_an_anthropic_route)
 check("openai route streams text to the anthropic SDK", streams_text("chat"))
 check("anthropic route streams text", streams_text("chat-anthropic"))
 check("raw events carry their types", raw_events_are_typed)

@@ -169,6 +169,56 @@ def reasoning_content_streams_before_the_text():
     assert order.index("r") < order.index("t"), order
 
 
+def streamed_usage_keeps_its_details():
+    usage = None
+    for chunk in client.chat.completions.create(
+            model="reasoning", stream=True, stream_options={"include_usage": True},
+            max_completion_tokens=200, messages=[{"role": "user", "content": "hi"}]):
+        usage = chunk.usage or usage
+    assert usage and usage.completion_tokens_details.reasoning_tokens > 0, usage
+
+
+def a_refusal_is_the_refusal_field():
+    m = client.chat.completions.create(model="refusing", messages=[{"role": "user", "content": "hi"}])
+    choice = m.choices[0]
+    assert choice.message.refusal and choice.message.content is None, choice
+    assert choice.finish_reason == "stop", choice.finish_reason
+    refusal = ""
+    for chunk in client.chat.completions.create(
+            model="refusing", stream=True, messages=[{"role": "user", "content": "hi"}]):
+        for c in chunk.choices:
+            refusal += c.delta.refusal or ""
+            assert not c.delta.content, c.delta
+    assert refusal == choice.message.refusal, (refusal, choice.message.refusal)
+
+
+def a_pdf_file_part_reaches_an_openai_route():
+    pdf = "data:application/pdf;base64,JVBERi0xLjQKJeLjz9MKMSAwIG9iago8PD4+CmVuZG9iagp0cmFpbGVyCjw8Pj4KJSVFT0YK"
+    m = client.chat.completions.create(model="chat", messages=[{"role": "user", "content": [
+        {"type": "file", "file": {"filename": "note.pdf", "file_data": pdf}},
+        {"type": "text", "text": "Summarise it."}]}])
+    assert m.choices[0].message.content, m
+
+
+def reasoning_effort_is_mapped_to_an_anthropic_route():
+    m = client.chat.completions.create(
+        model="chat-anthropic", reasoning_effort="low", max_completion_tokens=2048,
+        messages=[{"role": "user", "content": "hi"}])
+    extra = m.choices[0].message.model_extra or {}
+    assert extra.get("reasoning_content"), m.choices[0].message
+    assert m.choices[0].message.content == "Hello from tailcut through the official SDK.", m
+
+
+def logprobs_need_an_openai_route():
+    try:
+        client.chat.completions.create(model="chat-anthropic", logprobs=True,
+                                       messages=[{"role": "user", "content": "hi"}])
+    except openai.BadRequestError as e:
+        assert "logprobs" in str(e), e
+        return
+    raise AssertionError("an Anthropic route answered without the logprobs asked for")
+
+
 def a_model_is_described():
     m = client.models.retrieve("chat")
     assert m.id == "chat", m
@@ -179,6 +229,11 @@ check("a reasoning model gets max_completion_tokens and reports reasoning tokens
       reasoning_model_takes_max_completion_tokens)
 check("reasoning_content streams before the text", reasoning_content_streams_before_the_text)
 check("models.retrieve describes one model", a_model_is_described)
+check("streamed usage keeps its details", streamed_usage_keeps_its_details)
+check("an OpenAI route's refusal is the refusal field, streamed and whole", a_refusal_is_the_refusal_field)
+check("a PDF file part reaches an OpenAI route", a_pdf_file_part_reaches_an_openai_route)
+check("reasoning_effort is mapped to an Anthropic route's thinking", reasoning_effort_is_mapped_to_an_anthropic_route)
+check("logprobs to an Anthropic-only model -> BadRequestError naming them", logprobs_need_an_openai_route)
 check("openai route streams text and usage", streams_text("chat"))
 check("anthropic route streams text to the openai SDK", streams_text("chat-anthropic"))
 check("non-streaming completion", non_streaming)
