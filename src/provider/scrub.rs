@@ -69,7 +69,13 @@ pub fn scrub(stream: DeltaStream, committed: &str) -> DeltaStream {
         inner: stream,
         channel,
         state,
-        logprobs: LogprobsGuard::default(),
+        thinking: Carry::default(),
+        // A continuation's lists may go on spelling a key cut at the seam, which the lists
+        // alone cannot tell: after such a seam, none of them pass.
+        logprobs: LogprobsGuard {
+            context: seam_context(committed).to_string(),
+            closed: committed.ends_with(REDACTED),
+        },
         queued: None,
         done: false,
     })
@@ -141,8 +147,6 @@ const CONTEXT_BYTES: usize = FRAGMENT_CHARS * 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Channel {
     Text,
-    /// The route's reasoning text: a key echoed there is as visible as in the answer.
-    Thinking,
     Tool(u32),
 }
 
@@ -269,6 +273,10 @@ struct Scrubbed {
     inner: DeltaStream,
     channel: Option<Channel>,
     state: Carry,
+    /// The route's reasoning text, carried on its own: a key echoed there is as visible as
+    /// in the answer, and reasoning between two pieces of text (or before a continuation's
+    /// first) must not cost the text its carry.
+    thinking: Carry,
     logprobs: LogprobsGuard,
     /// A delta that follows a flushed one.
     queued: Option<Result<Delta, ProviderError>>,
@@ -276,8 +284,18 @@ struct Scrubbed {
 }
 
 impl Scrubbed {
-    /// The held text of the current channel as a delta of its own, if any; the channel ends.
+    /// At the end: the held reasoning first, then the current channel's held text (one a
+    /// call; `None` once nothing is held).
     fn flush(&mut self) -> Option<Delta> {
+        let thought = self.thinking.flush();
+        if !thought.is_empty() {
+            return Some(Delta::Thinking(Thinking::Text(thought.into())));
+        }
+        self.flush_channel()
+    }
+
+    /// The current channel's held text as a delta of its own, if any; the channel ends.
+    fn flush_channel(&mut self) -> Option<Delta> {
         let channel = self.channel.take()?;
         let held = self.state.flush();
         if held.is_empty() {
@@ -285,7 +303,6 @@ impl Scrubbed {
         }
         Some(match channel {
             Channel::Text => Delta::Text(held),
-            Channel::Thinking => Delta::Thinking(Thinking::Text(held.into())),
             Channel::Tool(index) => Delta::tool(ToolFragment {
                 index,
                 id: None,
@@ -300,7 +317,10 @@ impl Scrubbed {
     fn take(&mut self, delta: Delta) -> (Option<Delta>, Option<Delta>) {
         let channel = match &delta {
             Delta::Text(_) => Some(Channel::Text),
-            Delta::Thinking(Thinking::Text(_)) => Some(Channel::Thinking),
+            Delta::Thinking(Thinking::Text(text)) => {
+                let out = self.thinking.pass(text);
+                return (None, (!out.is_empty()).then(|| Delta::Thinking(Thinking::Text(out.into()))));
+            }
             Delta::ToolFragment(f) => Some(Channel::Tool(f.index)),
             // A usage figure or an extra (the logprobs each text delta follows) between two
             // pieces of text ends neither: a key split around it is still one key. (A
@@ -311,16 +331,12 @@ impl Scrubbed {
             Delta::Usage(_) | Delta::Extra(_) => return (None, Some(delta)),
             _ => None,
         };
-        let flushed = if channel != self.channel { self.flush() } else { None };
+        let flushed = if channel != self.channel { self.flush_channel() } else { None };
         self.channel = channel;
         let delta = match delta {
             Delta::Text(text) => {
                 let out = self.state.pass(&text);
                 (!out.is_empty()).then_some(Delta::Text(out))
-            }
-            Delta::Thinking(Thinking::Text(text)) => {
-                let out = self.state.pass(&text);
-                (!out.is_empty()).then_some(Delta::Thinking(Thinking::Text(out.into())))
             }
             Delta::ToolFragment(mut f) => {
                 // An id or a name comes whole in one fragment: no carry. A replaced id is
@@ -361,6 +377,7 @@ impl Stream for Scrubbed {
                     // the client holds (and a continuation carries on from) ends before it.
                     this.channel = None;
                     this.state.flush();
+                    this.thinking.flush();
                     return Poll::Ready(Some(Err(e)));
                 }
                 Poll::Ready(Some(Ok(delta))) => match this.take(delta) {
@@ -447,6 +464,55 @@ mod tests {
             field: ExtraField::Logprobs,
             value: crate::types::RawJson::new(serde_json::value::RawValue::from_string(value).expect("JSON")),
         }))
+    }
+
+    fn thought(t: &str) -> Delta {
+        Delta::Thinking(Thinking::Text(t.into()))
+    }
+
+    fn channel_text(out: &[Delta], thinking: bool) -> String {
+        out.iter()
+            .filter_map(|d| match d {
+                Delta::Text(t) if !thinking => Some(&**t),
+                Delta::Thinking(Thinking::Text(t)) if thinking => Some(&**t),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn reasoning_between_two_pieces_of_a_key_neither_lets_it_out_nor_costs_the_text_its_carry() {
+        for k in [HOLD_MIN, KEY.len() / 2, KEY.len() - 2] {
+            let out = run(vec![
+                Delta::Text(format!("my key is {}", &KEY[..k])),
+                thought("Let me think."),
+                Delta::Text(format!("{} ok", &KEY[k..])),
+                thought(&format!("the key {}", &KEY[..k])),
+                thought(&format!("{} again", &KEY[k..])),
+                Delta::Finish(FinishReason::Stop),
+            ])
+            .await;
+            let (text, reasoning) = (channel_text(&out, false), channel_text(&out, true));
+            assert_no_key_piece("text", &text);
+            assert_no_key_piece("reasoning", &reasoning);
+            assert!(text.starts_with("my key is ") && text.ends_with(" ok"), "{k}: {text}");
+            assert!(reasoning.starts_with("Let me think.the key "), "{k}: {reasoning}");
+        }
+        // A continuation that reasons first still knows the key its seam cut.
+        let k = KEY.len() / 2;
+        let items = vec![
+            Ok(thought("Resuming.")),
+            Ok(Delta::Text(format!("{} and on", &KEY[k..]))),
+            Ok(Delta::Finish(FinishReason::Stop)),
+        ];
+        let out: Vec<Delta> = run_from(&format!("the key {}", &KEY[..k]), items)
+            .await
+            .into_iter()
+            .map(|d| d.expect("no error"))
+            .collect();
+        let text = channel_text(&out, false);
+        assert_no_key_piece("continued text", &text);
+        assert!(text.ends_with(" and on"), "{text}");
     }
 
     #[tokio::test]
