@@ -401,3 +401,33 @@ async fn traffic_probes_start_no_prober() {
         "and its first token closed the breaker"
     );
 }
+
+/// A route whose every stream dies mid-answer answers the one-token probe: each probe closes
+/// its breaker, and on probation the first user request that fails reopens it at once, so
+/// the route costs one user request per probe, not a new streak of five.
+#[tokio::test(start_paused = true)]
+async fn a_route_that_fails_only_mid_answer_costs_one_request_per_passed_probe() {
+    let t0 = Instant::now();
+    let flaky = Upstream::new(t0, |_, _| Answer::DropMidStream(20));
+    let healthy = Upstream::new(t0, |_, _| Answer::Ok(20));
+    let gw = gateway(
+        &toml(&[("flaky", "L0"), ("healthy", "L0")], ""),
+        &[("flaky", &flaky), ("healthy", &healthy)],
+    );
+    let _prober = prober(&gw);
+    for _ in 0..30 {
+        served_by(&gw, true).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let users = flaky.calls(Kind::User).len();
+    let probes = flaky.calls(Kind::Probe).len();
+    assert!(probes >= 1, "the prober probed it");
+    assert!(
+        users <= 8,
+        "{users} of 30 requests reached the route that fails every answer ({probes} probes passed)"
+    );
+    assert!(
+        users <= 5 + probes,
+        "one request per passed probe at most: {users} users, {probes} probes"
+    );
+}

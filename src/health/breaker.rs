@@ -23,10 +23,11 @@
 //!   breaker; a probe's failure opens it again with the cool-down doubled (capped at
 //!   `max_cooldown`).
 //! - **Probation**: a breaker a probe closed keeps its cool-down until a user request
-//!   succeeds (then the cool-down is back to its base). If its traffic trips it first, that
-//!   is a relapse and the cool-down doubles, as for a failed probe: a route that answers a
-//!   one-token probe but fails real answers (mid-stream) is out for longer each time, not
-//!   re-admitted every base cool-down. A probe that ends with neither (a
+//!   succeeds (then the cool-down is back to its base). If a request fails first, that is a
+//!   relapse: the breaker opens again at once, its cool-down doubled, as for a failed probe.
+//!   A route that answers a one-token probe but fails real answers (mid-stream) costs one
+//!   user request per probe, and is out for longer each time, not re-admitted every base
+//!   cool-down. A probe that ends with neither (a
 //!   cancelled hedge loser) hands its slot back with [`Breaker::release`].
 //!
 //! # Tickets
@@ -250,15 +251,14 @@ impl Breaker {
             Phase::Closed => {
                 self.outcomes.record(now, false);
                 self.consecutive_failures = self.consecutive_failures.saturating_add(1);
-                if let Some(reason) = self.trip_reason(now) {
-                    if self.probation {
-                        // Its probe passed, its traffic did not (a route that answers a
-                        // one-token probe and fails real answers, mid-stream): a relapse.
-                        self.cooldown = self.cooldown.saturating_mul(2).min(self.cfg.max_cooldown);
-                        self.open(now, format!("{reason} since its probe passed"));
-                    } else {
-                        self.open(now, reason);
-                    }
+                if self.probation {
+                    // Its probe passed, and the first real answer since failed (a route that
+                    // answers a one-token probe and fails real answers, mid-stream): a
+                    // relapse, at once, not after another streak of users' failures.
+                    self.cooldown = self.cooldown.saturating_mul(2).min(self.cfg.max_cooldown);
+                    self.open(now, "failed again since its probe passed".to_string());
+                } else if let Some(reason) = self.trip_reason(now) {
+                    self.open(now, reason);
                 }
             }
             Phase::HalfOpen { .. } if ticket.probe => {
@@ -712,7 +712,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn probe_first_token_closes_and_its_outcome_counts_once_closed() {
+    async fn probe_first_token_closes_and_its_later_failure_is_a_relapse() {
         let start = Instant::now();
         let mut breaker = open_breaker(start);
         let cooled = start + Duration::from_secs(1);
@@ -721,11 +721,12 @@ mod tests {
         assert_eq!(breaker.state(cooled), BreakerState::Closed, "proof of life closes");
         breaker.on_failure(cooled, probe);
         assert_eq!(
-            breaker.volume(cooled),
-            1,
-            "its later mid-stream failure is counted, once"
+            breaker.state(cooled),
+            BreakerState::Open {
+                until: cooled + Duration::from_secs(2)
+            },
+            "its later mid-stream failure reopens it at once, the cool-down doubled"
         );
-        assert_eq!(breaker.error_rate(cooled), 1.0, "as a failure");
     }
 
     #[tokio::test(start_paused = true)]
@@ -739,12 +740,13 @@ mod tests {
         let mut breaker = Breaker::new(cfg.clone());
         let mut now = Instant::now();
         let mut cooldowns = Vec::new();
-        for _ in 0..5 {
-            for _ in 0..3 {
+        for round in 0..5 {
+            // Three failures in a row open it; once on probation, the first one does.
+            for _ in 0..if round == 0 { 3 } else { 1 } {
                 fail(&mut breaker, now);
             }
             let BreakerState::Open { until } = breaker.state(now) else {
-                panic!("three failures in a row open it");
+                panic!("round {round}: failures open it");
             };
             cooldowns.push(until - now);
             now = until;
@@ -896,13 +898,15 @@ mod tests {
         let cooled = start + Duration::from_secs(1);
         let probe = admit(&mut breaker, cooled);
         breaker.on_success(cooled, probe);
+        // A user success ends the probation; the evidence before the opening is gone.
+        succeed(&mut breaker, cooled);
         fail(&mut breaker, cooled);
         assert_eq!(
             breaker.state(cooled),
             BreakerState::Closed,
             "old failures were forgotten"
         );
-        assert_eq!(breaker.volume(cooled), 1, "only the new failure counts");
+        assert_eq!(breaker.volume(cooled), 2, "only the new outcomes count");
     }
 
     #[tokio::test(start_paused = true)]

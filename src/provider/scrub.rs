@@ -319,7 +319,10 @@ impl Scrubbed {
             Delta::Text(_) => Some(Channel::Text),
             Delta::Thinking(Thinking::Text(text)) => {
                 let out = self.thinking.pass(text);
-                return (None, (!out.is_empty()).then(|| Delta::Thinking(Thinking::Text(out.into()))));
+                return (
+                    None,
+                    (!out.is_empty()).then(|| Delta::Thinking(Thinking::Text(out.into()))),
+                );
             }
             Delta::ToolFragment(f) => Some(Channel::Tool(f.index)),
             // A usage figure or an extra (the logprobs each text delta follows) between two
@@ -331,7 +334,11 @@ impl Scrubbed {
             Delta::Usage(_) | Delta::Extra(_) => return (None, Some(delta)),
             _ => None,
         };
-        let flushed = if channel != self.channel { self.flush_channel() } else { None };
+        let flushed = if channel != self.channel {
+            self.flush_channel()
+        } else {
+            None
+        };
         self.channel = channel;
         let delta = match delta {
             Delta::Text(text) => {
