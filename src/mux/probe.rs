@@ -33,9 +33,11 @@
 //!
 //! # Known limits
 //! - A probe proves a one-token answer; a route that fails only long answers (mid-stream)
-//!   is closed, then reopened by the failures of its real traffic. That reopening is a
-//!   relapse (the breaker's probation) and doubles the cool-down, so such a route is out
-//!   for up to `max_cooldown_ms` at a time, not re-admitted every base cool-down.
+//!   is closed, then reopened by the first real request that fails. That reopening is a
+//!   relapse (the breaker's probation) and doubles the cool-down, so such a route costs one
+//!   user request per probe and is out for up to `max_cooldown_ms` at a time, not
+//!   re-admitted every base cool-down. (A probe that reads a whole answer as long as the
+//!   route's cut ones is not built.)
 //! - A probe's latency is not recorded in the route's TTFT window (its prompt is not
 //!   representative), so a recovered route's hedge delay starts from its old samples.
 //! - Probes are not counted against the hedge, retry or blast-radius budgets; they are one
