@@ -234,6 +234,12 @@ impl Gateway {
         if let Some(t) = tenant {
             router::apply_tenant(&mut ctx, t);
         }
+        // A session names a lease within its tenant: two tenants' "user-1" are two sessions.
+        // (The separator is a control character, which no header value carries.)
+        ctx.session = ctx
+            .session
+            .take()
+            .map(|s| format!("{}\u{1f}{s}", ctx.tenant.as_deref().unwrap_or_default()));
         // A client may shorten its deadline, never extend it past the server's.
         ctx.deadline = Some(
             ctx.deadline

@@ -122,6 +122,34 @@ async fn lease_is_kept_across_a_session_and_revoked_when_the_breaker_opens() {
 }
 
 #[tokio::test]
+async fn two_tenants_sessions_of_the_same_name_are_two_leases() {
+    let extra = format!("{OK}\n[leases]\nenabled = true\n[tenants.t1]\n[tenants.t2]\n");
+    let server = start(&config_toml(&[("a", "openai", "ok"), ("b", "openai", "ok")], &extra)).await;
+    let as_tenant = |t: &'static str| {
+        [
+            ("x-tailcut-session", "user-1"),
+            ("x-tailcut-tenant", t),
+            ("x-tailcut-hedge", "off"),
+        ]
+    };
+    let first = post_sse(&server.url(""), &chat_body(true), &as_tenant("t1"))
+        .await
+        .envelope();
+    assert_eq!(first["lease"]["state"], "new", "{first}");
+    let other = post_sse(&server.url(""), &chat_body(true), &as_tenant("t2"))
+        .await
+        .envelope();
+    assert_eq!(
+        other["lease"]["state"], "new",
+        "another tenant's user-1 is not t1's: {other}"
+    );
+    let again = post_sse(&server.url(""), &chat_body(true), &as_tenant("t1"))
+        .await
+        .envelope();
+    assert_eq!(again["lease"]["state"], "kept", "t1's own lease stands: {again}");
+}
+
+#[tokio::test]
 async fn drill_needs_the_admin_token() {
     let server = start(&config_toml(&[("a", "openai", "ok")], OK)).await;
     let resp = client()

@@ -81,11 +81,26 @@ impl Requirements {
             .unwrap_or_else(|| DEFAULT_TASK.to_string())
     }
 
-    /// The quality floor for `task`: the stricter of the model's and the tenant's.
+    /// The quality floor for `task`: the stricter of the model's and the tenant's. A task the
+    /// request names (`x-tailcut-task`) may only raise it: the floor of the task that applies
+    /// without the header holds too, so a header cannot lower what its tenant requires.
     pub fn floor_for(&self, config: &Config, model: &str, task: &str) -> Option<f64> {
-        let model_floor = config.models.get(model).and_then(|m| floor_for(&m.quality_floor, task));
-        let tenant_floor = floor_for(&self.tenant_floor, task);
-        match (model_floor, tenant_floor) {
+        let floor = |task: &str| {
+            let model_floor = config.models.get(model).and_then(|m| floor_for(&m.quality_floor, task));
+            let tenant_floor = floor_for(&self.tenant_floor, task);
+            match (model_floor, tenant_floor) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            }
+        };
+        let unnamed = self.task.is_some().then(|| {
+            let without = Requirements {
+                task: None,
+                ..self.clone()
+            };
+            floor(&without.task_for(config, model))
+        });
+        match (floor(task), unnamed.flatten()) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         }
@@ -149,6 +164,33 @@ mod tests {
             "a batch tenant cannot be raised to interactive"
         );
         assert!(ctx.hedge_off, "hedge = false turns hedging off");
+    }
+
+    #[test]
+    fn a_task_header_may_raise_the_floor_but_never_lower_the_tenants() {
+        let cfg = crate::router::testkit::config("");
+        let needs = Requirements::default().with_tenant(&tenant());
+        assert_eq!(
+            needs.floor_for(&cfg, "chat", "code"),
+            Some(0.8),
+            "the tenant's own task"
+        );
+        let lowered = needs.clone().with_task(Some("chat"));
+        let task = lowered.task_for(&cfg, "chat");
+        assert_eq!(task, "chat", "the header names the task");
+        assert_eq!(
+            lowered.floor_for(&cfg, "chat", &task),
+            Some(0.8),
+            "its floor (0.6) cannot undercut the tenant's for its own task (0.8)"
+        );
+        let mut stricter = tenant();
+        stricter.quality_floor.insert("math".into(), 0.9);
+        let raised = Requirements::default().with_tenant(&stricter).with_task(Some("math"));
+        assert_eq!(
+            raised.floor_for(&cfg, "chat", "math"),
+            Some(0.9),
+            "a stricter task applies"
+        );
     }
 
     #[test]
