@@ -220,3 +220,34 @@ async fn a_websocket_keeps_its_connections_place_under_max_connections() {
     assert!(answer.contains(" 200 "), "{answer}");
     drop(first);
 }
+
+#[tokio::test]
+async fn readyz_never_waits_on_a_hung_redis_and_names_no_host() {
+    // A Redis that accepts and never answers, with a minute's op_timeout: a check that waited
+    // on it would hold the load balancer's probe for that long.
+    let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = hung.local_addr().expect("addr");
+    let _accepting = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hung.accept().await {
+            held.push(socket);
+        }
+    });
+    let extra = format!("{QUICK}\n[state]\nredis_url = \"redis://{addr}\"\nop_timeout_ms = 60000\n");
+    let server = start(&config_toml(&[("a", "openai", "quick")], &extra)).await;
+    for _ in 0..3 {
+        let resp = client()
+            .get(server.url("/readyz"))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .expect("answered without waiting for Redis");
+        assert_eq!(resp.status(), 200, "Redis never makes the instance unready");
+        let text = resp.text().await.unwrap_or_default();
+        assert!(text.contains("unreachable"), "{text}");
+        assert!(
+            !text.contains(&addr.to_string()) && !text.contains("127.0.0.1"),
+            "a public page names no host: {text}"
+        );
+    }
+}

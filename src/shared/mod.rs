@@ -42,7 +42,12 @@ pub struct Shared {
     host: String,
     /// When a refused command was last logged.
     refusal_logged: Mutex<Option<Instant>>,
+    /// When a readiness check last started a `PING` (`check_in_background`).
+    checked: Mutex<Option<Instant>>,
 }
+
+/// How often readiness checks ping Redis at most.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// How often a run of refused commands is logged at most.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -91,6 +96,7 @@ impl Shared {
             timeout: config.op_timeout,
             host,
             refusal_logged: Mutex::new(None),
+            checked: Mutex::new(None),
         })))
     }
 
@@ -139,6 +145,23 @@ impl Shared {
         .is_some()
     }
 
+    /// For a readiness check that must not wait on Redis: starts a `PING` in the background
+    /// (at most one each `CHECK_EVERY`), whose outcome `is_up` reports from then on.
+    pub fn check_in_background(self: &Arc<Self>) {
+        let now = Instant::now();
+        {
+            let mut checked = self.checked.lock();
+            if checked.is_some_and(|at| now.saturating_duration_since(at) < CHECK_EVERY) {
+                return;
+            }
+            *checked = Some(now);
+        }
+        let shared = Arc::clone(self);
+        tokio::spawn(async move {
+            shared.ping().await;
+        });
+    }
+
     /// The key `<prefix>:<name>`.
     pub fn key(&self, name: &str) -> String {
         format!("{}:{name}", self.prefix)
@@ -149,7 +172,7 @@ impl Shared {
         &self.instance
     }
 
-    /// `host:port` of the Redis in use: what logs and `/readyz` may show.
+    /// `host:port` of the Redis in use: what logs may show (`/readyz`, public, does not).
     pub fn host(&self) -> &str {
         &self.host
     }

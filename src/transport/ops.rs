@@ -58,11 +58,19 @@ async fn readyz(State(state): State<AppState>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
     }
     // Redis down never makes the instance unready: it serves with local state, and says so.
+    // The answer never waits on Redis (a hung one would hold every load balancer's check for
+    // its op_timeout): it reports the last outcome and refreshes it in the background. It
+    // names no host: this endpoint is public.
     match &state.shared {
-        Some(shared) if !shared.ping().await => {
-            format!("ready; redis {} unreachable: serving with local state", shared.host()).into_response()
+        Some(shared) => {
+            shared.check_in_background();
+            if shared.is_up() {
+                "ready".into_response()
+            } else {
+                "ready; redis unreachable: serving with local state".into_response()
+            }
         }
-        _ => "ready".into_response(),
+        None => "ready".into_response(),
     }
 }
 
