@@ -42,6 +42,12 @@ text = "{ANSWER}"
 ttft = {{ median_ms = 5.0, sigma = 0.0 }}
 inter_token_ms = 10.0
 failure = {{ stall_after_tokens = 3, stall_ms = 600000 }}
+[sim.scenarios.pinging-staller]
+text = "{ANSWER}"
+ttft = {{ median_ms = 5.0, sigma = 0.0 }}
+inter_token_ms = 10.0
+keepalive_ms = 50
+failure = {{ stall_after_tokens = 3, stall_ms = 600000 }}
 [sim.scenarios.tool-dropper]
 ttft = {{ median_ms = 5.0, sigma = 0.0 }}
 inter_token_ms = 1.0
@@ -330,6 +336,42 @@ async fn stall_applies_the_policy_after_the_stall_limit_not_before() {
     );
     let done = &events.last().expect("events").1;
     assert_eq!(done["envelope"]["fell_back_from"][0]["class"], "timeout", "{done}");
+}
+
+#[tokio::test]
+async fn keep_alives_alone_never_reset_the_stall_limit_on_either_wire() {
+    // The route goes silent after three tokens but keeps its stream alive: an SSE comment
+    // every 50 ms (OpenAI-compatible servers) or Anthropic's `event: ping`. Neither is a
+    // token: the stall limit fires as if the stream were silent, and the answer restarts.
+    for wire in ["openai", "anthropic"] {
+        let toml = with_policy(
+            &[("a", wire, "pinging-staller"), ("b", "openai", "other")],
+            "[\"restart\"]",
+        )
+        .replace("name = \"a\"\n", "name = \"a\"\nstall_timeout_ms = 500\n");
+        let server = start(&toml).await;
+        let (_, events) = tokio::time::timeout(
+            Duration::from_secs(30),
+            post_native(&server.url(""), &chat_body(true), &headers()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{wire}: keep-alives held the stall limit off"));
+        assert_eq!(
+            native_text(&events),
+            "A completely different answer from another route.",
+            "{wire}"
+        );
+        let done = &events.last().expect("events").1;
+        assert_eq!(
+            done["envelope"]["fell_back_from"][0]["class"], "timeout",
+            "{wire}: {done}"
+        );
+        let log = server.sim.as_ref().expect("sim").log();
+        assert!(
+            log.iter().any(|r| r.scenario == "pinging-staller"),
+            "{wire}: the stalled route was asked"
+        );
+    }
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! error response, stream, or aggregated body.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -127,7 +127,8 @@ pub(crate) async fn respond(
             };
             let encoder = encoder(wire, &scenario, &inbound, &script, cache, &mut ids);
             if inbound.stream {
-                reply.stream(guard, script, encoder, scenario.chunk_split)
+                let keepalive = scenario.keepalive_ms.filter(|ms| *ms > 0).map(Duration::from_millis);
+                reply.stream(guard, script, encoder, (scenario.chunk_split, keepalive))
             } else {
                 reply.aggregated(guard, &script, encoder).await
             }
@@ -219,8 +220,15 @@ impl Reply<'_> {
     }
 
     /// A 200 event stream that plays the script.
-    fn stream(&self, guard: RecordGuard, script: Script, encoder: Encoder, chunk_split: Option<usize>) -> Response {
-        let body = stream::body(script.steps, script.end, encoder, guard, chunk_split);
+    /// `framing`: the scenario's `chunk_split` and `keepalive_ms`.
+    fn stream(
+        &self,
+        guard: RecordGuard,
+        script: Script,
+        encoder: Encoder,
+        framing: (Option<usize>, Option<Duration>),
+    ) -> Response {
+        let body = stream::body(script.steps, script.end, encoder, guard, framing);
         self.response(
             StatusCode::OK,
             "text/event-stream; charset=utf-8",

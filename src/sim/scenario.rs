@@ -37,6 +37,11 @@ pub struct Scenario {
     /// Write each SSE event in body chunks of at most this many bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunk_split: Option<usize>,
+    /// During every pause of the body longer than this many ms, the wire's keep-alive each
+    /// time it passes (an SSE comment `: ping` on the OpenAI wire, Anthropic's `event: ping`):
+    /// a stream that is alive but says nothing, as real servers keep one open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepalive_ms: Option<u64>,
     /// Per-request RNG seed: `seed ^ request_number`. The generated text uses `seed` only.
     pub seed: u64,
     /// A schedule: the phases follow each other on the simulator's clock, then repeat, and
@@ -74,6 +79,7 @@ impl Default for Scenario {
             failure: Failure::default(),
             continuation: Continuation::default(),
             chunk_split: None,
+            keepalive_ms: None,
             seed: 0,
             ignores_request: false,
             phases: Vec::new(),

@@ -3,6 +3,7 @@
 //! No task is spawned: the body stream itself does the work, so dropping it stops it.
 
 use std::io;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
@@ -27,6 +28,15 @@ impl Encoder {
             Encoder::Anthropic(e) => e.encode(step),
         }
     }
+
+    /// The wire's keep-alive: an SSE comment (OpenAI-compatible servers), `event: ping`
+    /// (Anthropic). Neither is part of the answer.
+    fn keepalive(&self) -> Bytes {
+        match self {
+            Encoder::OpenAi(_) => Bytes::from_static(b": ping\n\n"),
+            Encoder::Anthropic(_) => Bytes::from_static(b"event: ping\ndata: {\"type\":\"ping\"}\n\n"),
+        }
+    }
 }
 
 /// The response body for a script ending as `end` when read to the end.
@@ -35,7 +45,7 @@ pub(crate) fn body(
     end: SimEnd,
     mut encoder: Encoder,
     mut guard: RecordGuard,
-    chunk_split: Option<usize>,
+    (chunk_split, keepalive): (Option<usize>, Option<Duration>),
 ) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
     let split = chunk_split.filter(|n| *n > 0);
     let last_writing = steps.iter().rposition(|s| !matches!(s, Step::Wait(_)));
@@ -44,7 +54,13 @@ pub(crate) fn body(
             let last = Some(i) == last_writing;
             let frames = match step {
                 Step::Wait(pause) => {
-                    tokio::time::sleep(pause).await;
+                    let mut left = pause;
+                    while let Some(every) = keepalive.filter(|every| left > *every) {
+                        tokio::time::sleep(every).await;
+                        left -= every;
+                        yield Ok(encoder.keepalive());
+                    }
+                    tokio::time::sleep(left).await;
                     continue;
                 }
                 Step::Drop => {

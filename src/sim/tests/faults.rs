@@ -377,3 +377,33 @@ async fn chunk_split_writes_events_in_small_body_chunks() {
     assert!(text.ends_with("data: [DONE]\n\n"), "complete stream: {text}");
     handle.shutdown();
 }
+
+#[tokio::test]
+async fn a_pause_carries_the_wires_keep_alive_and_nothing_else() {
+    let scenario = Scenario {
+        keepalive_ms: Some(20),
+        failure: Failure {
+            stall_after_tokens: Some(1),
+            stall_ms: Some(110),
+            ..Failure::default()
+        },
+        ..quick("one two three")
+    };
+    let handle = sim(vec![("s", scenario)]).await;
+    let openai_body = body_text(openai(&handle, "s", chat_body(true)).await).await;
+    let pings = openai_body.matches(": ping\n\n").count();
+    assert!(
+        pings >= 3,
+        "an SSE comment every 20 ms of the 110 ms pause: {openai_body}"
+    );
+    assert!(openai_body.contains("[DONE]"), "and the answer goes on: {openai_body}");
+    let anthropic_body = body_text(anthropic(&handle, "s", chat_body(true)).await).await;
+    let pings = anthropic_body
+        .matches("event: ping\ndata: {\"type\":\"ping\"}\n\n")
+        .count();
+    assert!(
+        pings >= 4,
+        "the pause's pings, besides the one after message_start: {anthropic_body}"
+    );
+    handle.shutdown();
+}
