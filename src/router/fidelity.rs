@@ -22,7 +22,7 @@
 //! | | `metadata.user_id` | mapped: `user` |
 //! | | every other field the typed view does not carry (`top_k`, `service_tier`, ...) and `cache_control` anywhere | dropped with a note |
 
-use crate::types::{ChatRequest, ModelRules, Wire, ANTHROPIC_DEFAULT_MAX_TOKENS};
+use crate::types::{ChatRequest, ModelRules, Verbatim, Wire, ANTHROPIC_DEFAULT_MAX_TOKENS};
 
 /// The top-level fields each client wire's typed view carries to a route of the other wire
 /// (mapped, `docs/dialects.md` "Cross-provider translation").
@@ -63,15 +63,15 @@ fn carried(wire: Wire) -> &'static [&'static str] {
     }
 }
 
-/// What a request needs of a route of another wire, and what that route would drop.
+/// What a request needs of a route of another wire. What such a route drops is worked out
+/// only for the route that serves (`dropped_by`): a same-wire answer, the common case, never
+/// scans the prompt for it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CrossWire {
     /// The client's wire; `None` when the request kept no JSON of its own.
     pub wire: Option<Wire>,
     /// What only a route of the client's wire can honour: (field or part, why).
     pub needs_own_wire: Vec<(&'static str, &'static str)>,
-    /// What a route of the other wire would drop, by name, in the client's order.
-    pub dropped: Vec<Box<str>>,
 }
 
 impl CrossWire {
@@ -118,14 +118,7 @@ impl CrossWire {
                 }
                 for name in ["mcp_servers", "container"] {
                     if set(name) {
-                        need(
-                            if name == "container" {
-                                "container"
-                            } else {
-                                "mcp_servers"
-                            },
-                            "run by Anthropic itself",
-                        );
+                        need(name, "run by Anthropic itself");
                     }
                 }
                 for (_, kind) in parts() {
@@ -139,7 +132,13 @@ impl CrossWire {
                 }
             }
         }
-        let needed: Vec<&str> = out.needs_own_wire.iter().map(|(w, _)| *w).collect();
+        out
+    }
+
+    /// What a route of the other wire drops of the request: every field its typed view does
+    /// not carry, by name, in the client's order, and `cache_control` when any is set.
+    fn dropped(&self, req: &ChatRequest, v: &Verbatim) -> Vec<Box<str>> {
+        let needed: Vec<&str> = self.needs_own_wire.iter().map(|(w, _)| *w).collect();
         // `reasoning_effort` is mapped to a thinking budget when Anthropic can take one; the
         // sampling thinking refuses is then dropped.
         let thinks = req
@@ -150,7 +149,7 @@ impl CrossWire {
             "top_p" => req.sampling.top_p.is_some_and(|p| p < 0.95),
             _ => false,
         };
-        out.dropped = v
+        let mut dropped: Vec<Box<str>> = v
             .fields
             .iter()
             .map(|(name, _)| &**name)
@@ -168,9 +167,9 @@ impl CrossWire {
             .chain(v.field("tools"))
             .any(|raw| raw.text().contains("\"cache_control\""));
         if cached {
-            out.dropped.push("cache_control".into());
+            dropped.push("cache_control".into());
         }
-        out
+        dropped
     }
 
     /// Why a route of `route_wire` cannot serve the request, if it cannot.
@@ -191,7 +190,7 @@ impl CrossWire {
     /// typed view does not carry; on the client's own, the fields its model's `rules` drop.
     pub fn dropped_by(&self, req: &ChatRequest, route_wire: Wire, rules: &ModelRules) -> Vec<Box<str>> {
         match (self.wire, req.verbatim.as_deref()) {
-            (Some(w), _) if w != route_wire => self.dropped.clone(),
+            (Some(w), Some(v)) if w != route_wire => self.dropped(req, v),
             (Some(_), Some(v)) => v
                 .fields
                 .iter()
@@ -254,7 +253,11 @@ mod tests {
         assert!(refusal.contains("logprobs"), "{refusal}");
         assert_eq!(cross.refusal(Wire::OpenAi), None, "its own wire takes it as sent");
         // (The test's fields come in key order: `request` builds them from a map.)
-        assert_eq!(cross.dropped, [Box::from("seed"), Box::from("store")]);
+        let anthropic_rules = ModelRules::for_model(Wire::Anthropic, "claude-sonnet-4-5");
+        assert_eq!(
+            cross.dropped_by(&req, Wire::Anthropic, &anthropic_rules),
+            [Box::from("seed"), Box::from("store")]
+        );
         let plain_rules = ModelRules::for_model(Wire::OpenAi, "gpt-4o-mini");
         assert!(cross.dropped_by(&req, Wire::OpenAi, &plain_rules).is_empty());
         let reasoning = ModelRules::for_model(Wire::OpenAi, "o4-mini");
@@ -283,10 +286,14 @@ mod tests {
         );
         let cross = CrossWire::of(&on);
         assert!(cross.refusal(Wire::OpenAi).is_some_and(|r| r.contains("thinking")));
-        assert_eq!(cross.dropped, [Box::from("top_k")]);
+        let openai_rules = ModelRules::for_model(Wire::OpenAi, "gpt-4o-mini");
+        assert_eq!(cross.dropped_by(&on, Wire::OpenAi, &openai_rules), [Box::from("top_k")]);
         let off = request(Wire::Anthropic, r#"{"thinking":{"type":"disabled"}}"#);
         assert_eq!(CrossWire::of(&off).refusal(Wire::OpenAi), None);
-        assert_eq!(CrossWire::of(&off).dropped, [Box::from("thinking")]);
+        assert_eq!(
+            CrossWire::of(&off).dropped_by(&off, Wire::OpenAi, &openai_rules),
+            [Box::from("thinking")]
+        );
     }
 
     #[test]

@@ -41,6 +41,22 @@ pub struct Answer {
     pub envelope: Envelope,
 }
 
+#[cfg(test)]
+impl Answer {
+    /// A text answer that stopped, with nothing else: what tests build on.
+    pub fn stopped(text: &str, envelope: Envelope) -> Answer {
+        Answer {
+            text: text.into(),
+            thinking: Vec::new(),
+            extras: Vec::new(),
+            tool_calls: Vec::new(),
+            usage: None,
+            finish: FinishReason::Stop,
+            envelope,
+        }
+    }
+}
+
 /// One thinking block of a whole answer: its text and the signature that closed it, or a
 /// redacted block's data.
 #[derive(Debug, Clone, PartialEq)]

@@ -714,13 +714,8 @@ mod tests {
             unreachable!()
         };
         let answer = Answer {
-            text: "Blue.".into(),
-            thinking: Vec::new(),
             extras: vec![*e],
-            tool_calls: Vec::new(),
-            usage: None,
-            finish: FinishReason::Stop,
-            envelope: start(),
+            ..Answer::stopped("Blue.", start())
         };
         let json: serde_json::Value = serde_json::from_slice(&message_json("req_a", "chat", &answer)).expect("JSON");
         assert_eq!(
@@ -732,7 +727,6 @@ mod tests {
     #[test]
     fn a_whole_message_shows_its_thinking_blocks_first_with_their_signatures() {
         let answer = Answer {
-            text: "21.".into(),
             thinking: vec![
                 ThinkingBlock::Thinking {
                     text: "GCD".into(),
@@ -740,11 +734,7 @@ mod tests {
                 },
                 ThinkingBlock::Redacted("opaque".into()),
             ],
-            extras: Vec::new(),
-            tool_calls: Vec::new(),
-            usage: None,
-            finish: FinishReason::Stop,
-            envelope: start(),
+            ..Answer::stopped("21.", start())
         };
         let json: serde_json::Value = serde_json::from_slice(&message_json("req_a", "chat", &answer)).expect("JSON");
         assert_eq!(

@@ -870,13 +870,9 @@ mod tests {
             unreachable!()
         };
         let answer = Answer {
-            text: "I can't help.".into(),
-            thinking: Vec::new(),
             extras: vec![*marker],
-            tool_calls: Vec::new(),
-            usage: None,
             finish: FinishReason::Refusal,
-            envelope: start(),
+            ..Answer::stopped("I can't help.", start())
         };
         let json: serde_json::Value =
             serde_json::from_slice(&completion_json("req_abc", "chat", 1, &answer)).expect("JSON");
@@ -926,16 +922,12 @@ mod tests {
             unreachable!()
         };
         let answer = Answer {
-            text: "ab".into(),
             thinking: vec![ThinkingBlock::Thinking {
                 text: "hmm".into(),
                 signature: None,
             }],
             extras: vec![*fingerprint, piece("a"), piece("b")],
-            tool_calls: Vec::new(),
-            usage: None,
-            finish: FinishReason::Stop,
-            envelope: start(),
+            ..Answer::stopped("ab", start())
         };
         let json: serde_json::Value =
             serde_json::from_slice(&completion_json("req_abc", "chat", 1, &answer)).expect("JSON");
